@@ -1,0 +1,36 @@
+# The two commands of the README. Each sets itself up on first use and is idempotent.
+#   make ablation   quick attention-dimensionality ablation (CPU, about 20 minutes)
+#   make test       the test suite (under 10 minutes on 2 CPU cores)
+PYTHON_SYS ?= python3
+VENV       ?= .venv
+PY         := $(VENV)/bin/python
+STAMP      := $(VENV)/.installed-stamp
+WORKDIR    ?= runs/quick
+
+.PHONY: ablation test test-all data sword demo clean-venv
+
+$(STAMP): pyproject.toml
+	bash scripts/bootstrap.sh "$(PYTHON_SYS)" "$(VENV)"
+	touch $(STAMP)
+
+# SWORD Bible modules (Debian packages, unpacked without root into the cache).
+sword:
+	bash scripts/fetch_sword.sh
+
+data: $(STAMP) sword
+	$(PY) -m experiments.prepare_data
+
+ablation: data
+	$(PY) -m experiments.ablation --preset=quick --workdir=$(WORKDIR)
+
+demo: $(STAMP)
+	$(PY) -m experiments.demo
+
+test: $(STAMP) sword
+	$(PY) -m pytest -q -n 2 --dist=loadfile tests
+
+test-all: $(STAMP) sword
+	$(PY) -m pytest -q -n 2 --dist=loadfile -m "" tests
+
+clean-venv:
+	rm -rf $(VENV)

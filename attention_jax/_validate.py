@@ -1,0 +1,53 @@
+"""Trace-time argument checks shared by the pure functions.
+
+Every check runs on static shapes and dtypes, so a bad call fails with a
+`ValueError` / `TypeError` naming the argument before XLA sees it.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+
+def rank_at_least(x, name: str, rank: int) -> None:
+  if jnp.ndim(x) < rank:
+    raise ValueError(
+        f"`{name}` must have rank >= {rank}, got shape {tuple(jnp.shape(x))}.")
+
+
+def same_size(a: int, b: int, name_a: str, name_b: str, shape_a, shape_b) -> None:
+  if a != b:
+    raise ValueError(
+        f"`{name_a}` and `{name_b}` disagree on a size: {a} vs {b} "
+        f"(shapes {tuple(shape_a)} and {tuple(shape_b)}).")
+
+
+def broadcast_shapes(named_shapes: dict[str, tuple]) -> tuple:
+  """Broadcasts shapes, raising a ValueError that names every argument."""
+  try:
+    return tuple(np.broadcast_shapes(*named_shapes.values()))
+  except ValueError:
+    seen = ", ".join(f"`{k}` {tuple(v)}" for k, v in named_shapes.items())
+    raise ValueError(f"shapes do not broadcast: {seen}.") from None
+
+
+def boolean(x, name: str) -> None:
+  if jnp.result_type(x) != jnp.bool_:
+    raise TypeError(
+        f"`{name}` must be a boolean array (True = may attend), got dtype "
+        f"{jnp.result_type(x)} with shape {tuple(jnp.shape(x))}.")
+
+
+def integer(x, name: str) -> None:
+  if not jnp.issubdtype(jnp.result_type(x), jnp.integer):
+    raise TypeError(
+        f"`{name}` must be an integer array, got dtype {jnp.result_type(x)}.")
+
+
+def positive_int(x, name: str) -> int:
+  if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
+    raise TypeError(f"`{name}` must be a Python int, got {x!r} ({type(x).__name__}).")
+  if x <= 0:
+    raise ValueError(f"`{name}` must be > 0, got {x}.")
+  return int(x)

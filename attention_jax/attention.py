@@ -1,0 +1,173 @@
+"""Masked softmax attention: `attend` and the high-level `attention` helper.
+
+    scores  = f(query, keys)                  # [..., Tq, Tk]
+    weights = softmax(scores | mask)          # [..., Tq, Tk], float32
+    context = weights @ values                # [..., Tq, dv]
+
+Shape glossary: B batch, H heads, Tq query length, Tk key length, d feature
+size, dv value size. Leading axes (`...`) are any mix of batch and head axes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import jax
+import jax.numpy as jnp
+
+from attention_jax import _validate
+from attention_jax import scores as scores_lib
+
+__all__ = ["attend", "attention", "compute_scores", "IMPLEMENTATIONS"]
+
+IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn")
+
+
+def _check_mask(mask, scores_shape):
+  if mask is None:
+    return None
+  mask = jnp.asarray(mask)
+  _validate.boolean(mask, "mask")
+  joint = _validate.broadcast_shapes({"mask": mask.shape, "scores": scores_shape})
+  if joint != tuple(scores_shape):
+    raise ValueError(
+        f"`mask` {tuple(mask.shape)} must broadcast to the scores shape "
+        f"{tuple(scores_shape)} without enlarging it.")
+  return mask
+
+
+def attend(scores: jax.Array, values: jax.Array, mask: jax.Array | None = None):
+  """Masked softmax over the key axis, then the weighted sum of the values.
+
+  Args:
+    scores: `[..., Tq, Tk]`, any float dtype.
+    values: `[..., Tk, dv]`; leading axes broadcast with `scores`.
+    mask: optional bool broadcastable to `scores`; True = may attend.
+
+  Returns:
+    `(context [..., Tq, dv]` in `values.dtype`, `weights [..., Tq, Tk]` float32`)`.
+
+  The softmax always runs in float32. A query row whose keys are *all* masked
+  gets all-zero weights and therefore a zero context, rather than the uniform
+  average a `-inf`/`finfo.min` fill would give: "attend to nothing" is the
+  honest answer for such a row (e.g. a padding query), and it keeps both the
+  forward and the backward pass free of NaN (masked logits are replaced by a
+  finite value *before* `exp`, so no `0 * inf` appears in the gradient).
+  """
+  scores, values = jnp.asarray(scores), jnp.asarray(values)
+  _validate.rank_at_least(scores, "scores", 2)
+  _validate.rank_at_least(values, "values", 2)
+  _validate.same_size(scores.shape[-1], values.shape[-2], "scores (Tk axis)",
+                      "values (Tk axis)", scores.shape, values.shape)
+  _validate.broadcast_shapes({"scores (leading axes)": scores.shape[:-2],
+                              "values (leading axes)": values.shape[:-2]})
+  mask = _check_mask(mask, scores.shape)
+
+  logits = scores.astype(jnp.float32)  # [..., Tq, Tk]
+  if mask is None:
+    weights = jax.nn.softmax(logits, axis=-1)
+  else:
+    # Max over valid keys only; rows with no valid key use 0 (any finite value).
+    row_max = jnp.max(jnp.where(mask, logits, -jnp.inf), axis=-1, keepdims=True)
+    row_max = jax.lax.stop_gradient(jnp.where(jnp.isfinite(row_max), row_max, 0.0))
+    safe = jnp.where(mask, logits, row_max)  # finite everywhere
+    unnorm = jnp.where(mask, jnp.exp(safe - row_max), 0.0)  # [..., Tq, Tk]
+    total = jnp.sum(unnorm, axis=-1, keepdims=True)
+    weights = unnorm / jnp.where(total > 0, total, 1.0)
+  context = jnp.matmul(weights.astype(values.dtype), values,
+                       preferred_element_type=jnp.float32)  # [..., Tq, dv]
+  return context.astype(values.dtype), weights
+
+
+def compute_scores(score: str, query, keys, params: Mapping[str, Any] | None = None):
+  """Scores by name: `dot`, `scaled_dot`, `general` (params `w`), `additive`
+  (params `w_q`, `w_k`, `v`) or `cosine` (optional param `beta`)."""
+  params = dict(params or {})
+  needed = {"general": ("w",), "additive": ("w_q", "w_k", "v")}
+  if score not in scores_lib.SCORE_NAMES:
+    raise ValueError(
+        f"`score` must be one of {scores_lib.SCORE_NAMES}, got {score!r}.")
+  missing = [p for p in needed.get(score, ()) if p not in params]
+  if missing:
+    raise ValueError(f"score {score!r} needs `params` {missing}; got {sorted(params)}.")
+  if score == "dot":
+    return scores_lib.dot(query, keys)
+  if score == "scaled_dot":
+    return scores_lib.scaled_dot(query, keys)
+  if score == "general":
+    return scores_lib.general(query, keys, params["w"])
+  if score == "additive":
+    return scores_lib.additive(query, keys, params["w_q"], params["w_k"], params["v"])
+  return scores_lib.cosine(query, keys, params.get("beta", 1.0))
+
+
+def _fused(query, keys, values, mask, scale, implementation):
+  """`jax.nn.dot_product_attention` on `[..., T, d]` inputs (any leading axes)."""
+  lead = jnp.broadcast_shapes(query.shape[:-2], keys.shape[:-2], values.shape[:-2])
+  tq, tk = query.shape[-2], keys.shape[-2]
+  if len(lead) >= 2:  # [..., H, T, d]: the last leading axis is the head axis.
+    batch, heads = lead[:-1], lead[-1]
+  else:
+    batch, heads = lead, 1
+
+  def to_bthd(x):  # [..., H, T, d] -> [B, T, H, d]
+    x = jnp.broadcast_to(x, lead + x.shape[-2:]).reshape((-1, heads) + x.shape[-2:])
+    return jnp.swapaxes(x, 1, 2)
+
+  q, k, v = to_bthd(query), to_bthd(keys), to_bthd(values)
+  m = None
+  if mask is not None:
+    m = jnp.broadcast_to(mask, lead + (tq, tk)).reshape((-1, heads, tq, tk))
+  out = jax.nn.dot_product_attention(
+      q, k, v, mask=m, scale=scale,
+      implementation=None if implementation == "auto" else implementation)
+  out = jnp.swapaxes(out, 1, 2).reshape(lead + (tq, values.shape[-1]))  # [..., Tq, dv]
+  if mask is not None:  # same convention as `attend`: no valid key -> zero context
+    out = out * jnp.any(mask, axis=-1, keepdims=True).astype(out.dtype)
+  return out
+
+
+def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
+              score: str = "scaled_dot", params: Mapping[str, Any] | None = None,
+              mask: jax.Array | None = None, implementation: str = "auto",
+              return_weights: bool = False):
+  """`attend(f(query, keys), values, mask)` with the score function chosen by name.
+
+  Args:
+    query: `[..., Tq, dq]`; for multi-head inputs use `[B, H, Tq, d]`.
+    keys: `[..., Tk, dk]`.
+    values: `[..., Tk, dv]`.
+    score: a name from `scores.SCORE_NAMES`.
+    params: weights of parametric scores (see `compute_scores`).
+    mask: bool broadcastable to `[..., Tq, Tk]`; True = may attend.
+    implementation: `plain` (scores + `attend`), `xla` / `cudnn`
+      (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
+      the fused kernel for `dot` / `scaled_dot` when weights are not requested
+      and dq == dk == dv (it picks cuDNN flash attention on GPUs), else `plain`.
+    return_weights: also return the float32 weights (forces `plain`).
+
+  Returns:
+    context `[..., Tq, dv]` in the values' dtype, or `(context, weights)`.
+  """
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(
+        f"`implementation` must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
+  query, keys, values = map(jnp.asarray, (query, keys, values))
+  # jax.nn.dot_product_attention needs one feature size for q, k and v.
+  fusable = (score in ("dot", "scaled_dot") and not return_weights
+             and query.shape[-1] == keys.shape[-1] == values.shape[-1])
+  if implementation in ("xla", "cudnn") and not fusable:
+    raise ValueError(
+        f"`implementation={implementation!r}` supports score 'dot'/'scaled_dot' "
+        f"with dq == dk == dv and no return_weights; got score={score!r}, "
+        f"shapes q {tuple(query.shape)}, k {tuple(keys.shape)}, v {tuple(values.shape)}, "
+        f"return_weights={return_weights}.")
+  scores = jax.eval_shape(lambda: compute_scores(score, query, keys, params))
+  _validate.same_size(keys.shape[-2], values.shape[-2], "keys (Tk axis)",
+                      "values (Tk axis)", keys.shape, values.shape)
+  mask = _check_mask(mask, scores.shape)
+  if fusable and implementation != "plain":
+    scale = 1.0 if score == "dot" else None
+    return _fused(query, keys, values, mask, scale, implementation)
+  context, weights = attend(compute_scores(score, query, keys, params), values, mask)
+  return (context, weights) if return_weights else context
