@@ -153,6 +153,8 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     raise ValueError(
         f"`implementation` must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
   query, keys, values = map(jnp.asarray, (query, keys, values))
+  for name, x in (("query", query), ("keys", keys), ("values", values)):
+    _validate.rank_at_least(x, name, 2)
   # jax.nn.dot_product_attention needs one feature size for q, k and v.
   fusable = (score in ("dot", "scaled_dot") and not return_weights
              and query.shape[-1] == keys.shape[-1] == values.shape[-1])
@@ -165,6 +167,9 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   scores = jax.eval_shape(lambda: compute_scores(score, query, keys, params))
   _validate.same_size(keys.shape[-2], values.shape[-2], "keys (Tk axis)",
                       "values (Tk axis)", keys.shape, values.shape)
+  # Checked here too, so the fused path names `values` like `attend` does.
+  _validate.broadcast_shapes({"query/keys (leading axes)": scores.shape[:-2],
+                              "values (leading axes)": values.shape[:-2]})
   mask = _check_mask(mask, scores.shape)
   if fusable and implementation != "plain":
     scale = 1.0 if score == "dot" else None

@@ -43,4 +43,9 @@ def learned(table: jax.Array, length: int, offset=0) -> jax.Array:
   if length > table.shape[0]:
     raise ValueError(
         f"`length` {length} exceeds the table's max_len {table.shape[0]}.")
+  # A concrete offset is checked; `dynamic_slice` would silently clamp it.
+  if isinstance(offset, (int, np.integer)) and not 0 <= offset <= table.shape[0] - length:
+    raise ValueError(
+        f"`offset` {offset} with `length` {length} reads past the table's rows "
+        f"0..{table.shape[0] - 1}.")
   return jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)  # [T, D]
