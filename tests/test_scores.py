@@ -1,0 +1,304 @@
+"""Tests for attention_jax.scores: formulas, chunked additive, transforms, errors.
+
+Shape glossary: B batch, H heads, Tq / Tk lengths, d features, a attention size.
+"""
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_jax import scores
+
+B, H, TQ, TK, D, A = 2, 3, 4, 5, 8, 6
+
+# bf16 keeps 8 significant bits (relative step 2**-8); sums of a few products
+# of O(1) numbers then carry errors of a few 1e-2 at most.
+TOLERANCE = {jnp.float32: dict(rtol=1e-5, atol=1e-5),
+             jnp.bfloat16: dict(rtol=3e-2, atol=6e-2)}
+
+
+def _normal(rng, shape, dtype=jnp.float32):
+  return jnp.asarray(rng.normal(size=shape).astype(np.float32), dtype)
+
+
+def _pairwise(pair_score, q, k):
+  """Scores by looping over (leading index, i, j): the formula applied literally."""
+  q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+  lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+  q = np.broadcast_to(q, lead + q.shape[-2:])
+  k = np.broadcast_to(k, lead + k.shape[-2:])
+  out = np.zeros(lead + (q.shape[-2], k.shape[-2]))
+  for idx in np.ndindex(*lead):
+    for i, j in itertools.product(range(q.shape[-2]), range(k.shape[-2])):
+      out[idx + (i, j)] = pair_score(q[idx + (i,)], k[idx + (j,)])
+  return out
+
+
+def ref_dot(q, k):
+  return _pairwise(lambda s, h: np.sum(s * h), q, k)
+
+
+def ref_scaled_dot(q, k):
+  n = np.shape(q)[-1]
+  return _pairwise(lambda s, h: np.sum(s * h) / math.sqrt(n), q, k)
+
+
+def ref_general(q, k, w):
+  w = np.asarray(w, np.float64)
+  return _pairwise(lambda s, h: s @ w @ h, q, k)
+
+
+def ref_additive(q, k, w_q, w_k, v):
+  w_q, w_k, v = (np.asarray(x, np.float64) for x in (w_q, w_k, v))
+  return _pairwise(lambda s, h: v @ np.tanh(s @ w_q + h @ w_k), q, k)
+
+
+def ref_cosine(q, k, beta=1.0):
+  def cos(s, h):
+    norm = np.linalg.norm(s) * np.linalg.norm(h)
+    return 0.0 if norm == 0 else np.sum(s * h) / norm
+  return np.asarray(beta, np.float64) * _pairwise(cos, q, k)
+
+
+def _case(name, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D, dk=D):
+  """(function, args, reference) for one score on random inputs."""
+  q = _normal(rng, q_lead + (TQ, dq), dtype)  # [..., Tq, dq]
+  k = _normal(rng, k_lead + (TK, dk), dtype)  # [..., Tk, dk]
+  if name == "dot":
+    return scores.dot, (q, k), ref_dot
+  if name == "scaled_dot":
+    return scores.scaled_dot, (q, k), ref_scaled_dot
+  if name == "general":
+    w = _normal(rng, (dq, dk), dtype) / math.sqrt(dq)
+    return scores.general, (q, k, w), ref_general
+  if name in ("additive", "additive_naive"):
+    w_q = _normal(rng, (dq, A), dtype) / math.sqrt(dq)
+    w_k = _normal(rng, (dk, A), dtype) / math.sqrt(dk)
+    v = _normal(rng, (A,), dtype)
+    return getattr(scores, name), (q, k, w_q, w_k, v), ref_additive
+  if name == "cosine":
+    beta = jnp.asarray(2.5, dtype)
+    return scores.cosine, (q, k, beta), ref_cosine
+  raise ValueError(name)
+
+
+ALL_SCORES = ("dot", "scaled_dot", "general", "additive", "additive_naive", "cosine")
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("name", ALL_SCORES)
+def test_score_matches_numpy_formula(name, dtype):
+  fn, args, ref = _case(name, np.random.default_rng(0), dtype)
+  out = fn(*args)
+  assert out.shape == (B, H, TQ, TK)
+  assert out.dtype == dtype
+  # The reference sees the same (bf16-rounded) inputs, in float64.
+  expected = ref(*[np.asarray(a, np.float64) for a in args])
+  np.testing.assert_allclose(np.asarray(out, np.float64), expected, **TOLERANCE[dtype])
+
+
+@pytest.mark.parametrize("name", ALL_SCORES)
+def test_leading_axes_broadcast(name):
+  # q [2, 1, Tq, d] against k [3, Tk, d]: scores [2, 3, Tq, Tk].
+  fn, args, ref = _case(name, np.random.default_rng(1), q_lead=(2, 1), k_lead=(3,))
+  out = fn(*args)
+  assert out.shape == (2, 3, TQ, TK)
+  np.testing.assert_allclose(out, ref(*args), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["general", "additive"])
+def test_parametric_scores_allow_dq_ne_dk(name):
+  fn, args, ref = _case(name, np.random.default_rng(2), dq=3, dk=7)
+  np.testing.assert_allclose(fn(*args), ref(*args), rtol=1e-5, atol=1e-5)
+
+
+def test_scaled_dot_is_dot_over_sqrt_d():
+  rng = np.random.default_rng(3)
+  q, k = _normal(rng, (TQ, 9)), _normal(rng, (TK, 9))
+  np.testing.assert_allclose(scores.scaled_dot(q, k), scores.dot(q, k) / 3.0,
+                             rtol=1e-6, atol=1e-6)
+
+
+def test_cosine_zero_vectors_score_zero_with_finite_gradients():
+  rng = np.random.default_rng(4)
+  q = _normal(rng, (TQ, D)).at[1].set(0.0)  # query 1 is the zero vector
+  k = _normal(rng, (TK, D)).at[2].set(0.0)  # key 2 is the zero vector
+  out = scores.cosine(q, k, beta=3.0)
+  assert np.all(np.asarray(out)[1] == 0.0)
+  assert np.all(np.asarray(out)[:, 2] == 0.0)
+  np.testing.assert_allclose(out, ref_cosine(q, k, 3.0), rtol=1e-5, atol=1e-5)
+  grads = jax.grad(lambda q, k: jnp.sum(scores.cosine(q, k) ** 2), argnums=(0, 1))(q, k)
+  for g in grads:
+    assert np.all(np.isfinite(g))
+  # All-zero inputs: every score 0, every gradient finite.
+  zeros = jnp.zeros((TQ, D))
+  assert np.all(np.asarray(scores.cosine(zeros, zeros)) == 0.0)
+  g = jax.grad(lambda x: jnp.sum(scores.cosine(x, x)))(zeros)
+  assert np.all(np.isfinite(g))
+
+
+def test_cosine_is_scale_invariant_and_bounded_by_beta():
+  rng = np.random.default_rng(5)
+  q, k = _normal(rng, (TQ, D)), _normal(rng, (TK, D))
+  beta = _normal(rng, (TQ, 1)) ** 2  # per-query key strength [Tq, 1]
+  out = scores.cosine(q, k, beta)
+  np.testing.assert_allclose(scores.cosine(7.0 * q, 0.1 * k, beta), out, rtol=1e-5, atol=1e-5)
+  assert np.all(np.abs(out) <= beta + 1e-6)
+  np.testing.assert_allclose(out, ref_cosine(q, k, beta), rtol=1e-5, atol=1e-5)
+
+
+# --- Additive: chunked path vs the one-tensor reference -----------------------
+
+
+@pytest.mark.parametrize("block_elements", [1, 2 * TK * A * B, 3 * TK * A * B])
+@pytest.mark.parametrize("q_lead,k_lead", [((B,), (B,)), ((B, 1), (3,))])
+def test_additive_chunked_matches_naive_values_and_gradients(block_elements, q_lead, k_lead):
+  # Tq = 7 with chunks of 1, 2 or 3 queries (per unit of leading axes):
+  # the last chunk is padded for 2 and 3.
+  rng = np.random.default_rng(6)
+  q = _normal(rng, q_lead + (7, D))  # [..., Tq, d]
+  k = _normal(rng, k_lead + (TK, D))  # [..., Tk, d]
+  w_q, w_k, v = _normal(rng, (D, A)), _normal(rng, (D, A)), _normal(rng, (A,))
+  args = (q, k, w_q, w_k, v)
+  chunked = lambda *a: scores.additive(*a, block_elements=block_elements)
+  np.testing.assert_allclose(chunked(*args), scores.additive_naive(*args),
+                             rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(chunked(*args), ref_additive(*args), rtol=1e-5, atol=1e-5)
+
+  cotangent = _normal(rng, np.broadcast_shapes(q_lead, k_lead) + (7, TK))
+
+  def loss(f):
+    return lambda *a: jnp.sum(f(*a) * cotangent)
+
+  got = jax.grad(loss(chunked), argnums=range(5))(*args)
+  want = jax.grad(loss(scores.additive_naive), argnums=range(5))(*args)
+  for name, g, w in zip(("q", "k", "w_q", "w_k", "v"), got, want):
+    np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)
+
+
+def test_additive_chunked_path_really_chunks():
+  # With a tiny block the program must contain a loop over query chunks, and
+  # with the default block (small problem) it must not.
+  rng = np.random.default_rng(7)
+  args = _case("additive", rng)[1]
+  small = jax.make_jaxpr(lambda *a: scores.additive(*a, block_elements=TK * A))(*args)
+  default = jax.make_jaxpr(scores.additive)(*args)
+  assert "scan" in str(small)
+  assert "scan" not in str(default)
+
+
+def _fwd_bwd_temp_bytes(fn, b, t, d, a):
+  spec = lambda *s: jax.ShapeDtypeStruct(s, jnp.float32)
+  args = (spec(b, t, d), spec(b, t, d), spec(d, a), spec(d, a), spec(a))
+  loss = lambda *xs: jnp.sum(fn(*xs))
+  compiled = jax.jit(jax.value_and_grad(loss, argnums=range(5))).lower(*args).compile()
+  return compiled.memory_analysis().temp_size_in_bytes
+
+
+def test_additive_forward_backward_memory_is_chunked():
+  # The issue's configuration (batch 32, Tq = Tk = 128, dq = dk = 64, a = 1024,
+  # float32); only compiled, never run. The naive program keeps the whole
+  # [32, 128, 128, 1024] tanh tensor (2 GiB) alive for the backward pass.
+  b, t, d, a = 32, 128, 64, 1024
+  naive = _fwd_bwd_temp_bytes(scores.additive_naive, b, t, d, a)
+  chunked = _fwd_bwd_temp_bytes(scores.additive, b, t, d, a)
+  assert naive >= b * t * t * a * 4  # the measurement sees the tanh tensor
+  assert chunked <= naive / 8, (chunked, naive)
+
+
+# --- jit / vmap / grad for every score ----------------------------------------
+
+
+@pytest.mark.parametrize("name", ALL_SCORES)
+def test_jit_equals_eager(name):
+  fn, args, _ = _case(name, np.random.default_rng(8))
+  np.testing.assert_allclose(jax.jit(fn)(*args), fn(*args), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL_SCORES)
+def test_vmap_equals_python_loop(name):
+  fn, args, _ = _case(name, np.random.default_rng(9))
+  # Map over the batch axis of q and k; weights / beta are shared.
+  in_axes = (0, 0) + (None,) * (len(args) - 2)
+  mapped = jax.vmap(fn, in_axes=in_axes)(*args)
+  looped = jnp.stack([fn(args[0][i], args[1][i], *args[2:]) for i in range(B)])
+  np.testing.assert_allclose(mapped, looped, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ALL_SCORES)
+def test_grad_is_finite_and_matches_finite_differences(name):
+  fn, args, _ = _case(name, np.random.default_rng(10))
+  grads = jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=range(len(args)))(*args)
+  for g, a in zip(grads, args):
+    assert g.shape == a.shape
+    assert np.all(np.isfinite(g))
+  # Directional derivative against a central difference, in float64 numpy terms.
+  rng = np.random.default_rng(11)
+  direction = [rng.normal(size=np.shape(a)).astype(np.float32) for a in args]
+  eps = 1e-2
+  plus = fn(*[a + eps * u for a, u in zip(args, direction)])
+  minus = fn(*[a - eps * u for a, u in zip(args, direction)])
+  numeric = float(jnp.sum(jnp.sin(plus)) - jnp.sum(jnp.sin(minus))) / (2 * eps)
+  analytic = sum(float(jnp.sum(g * u)) for g, u in zip(grads, direction))
+  assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic)), (numeric, analytic)
+
+
+# --- Bad input: ValueError / TypeError at trace time, naming the argument ------
+
+
+@pytest.mark.parametrize("fn", [scores.dot, scores.scaled_dot, scores.cosine])
+def test_feature_size_mismatch(fn, raises_at_trace):
+  q, k = np.zeros((2, 5, 3), np.float32), np.zeros((2, 6, 4), np.float32)
+  raises_at_trace(fn, (q, k), ValueError, "`q`", "`k`", "(2, 5, 3)", "(2, 6, 4)")
+
+
+@pytest.mark.parametrize("fn", [scores.dot, scores.scaled_dot])
+def test_rank_too_small(fn, raises_at_trace):
+  raises_at_trace(fn, (np.zeros(4, np.float32), np.zeros((6, 4), np.float32)),
+                  ValueError, "`q`", "(4,)")
+  raises_at_trace(fn, (np.zeros((5, 4), np.float32), np.zeros(4, np.float32)),
+                  ValueError, "`k`", "(4,)")
+
+
+def test_leading_axes_must_broadcast(raises_at_trace):
+  q, k = np.zeros((2, 5, 4), np.float32), np.zeros((3, 6, 4), np.float32)
+  raises_at_trace(scores.dot, (q, k), ValueError, "q (leading axes)", "k (leading axes)",
+                  "(2,)", "(3,)")
+
+
+def test_general_wrong_w_shape(raises_at_trace):
+  q, k = np.zeros((5, 3), np.float32), np.zeros((6, 4), np.float32)
+  raises_at_trace(scores.general, (q, k, np.zeros((4, 3), np.float32)),
+                  ValueError, "`w`", "(3, 4)", "(4, 3)")
+  raises_at_trace(scores.general, (q, k, np.zeros((12,), np.float32)),
+                  ValueError, "`w`", "(12,)")
+
+
+@pytest.mark.parametrize("fn", [scores.additive, scores.additive_naive])
+def test_additive_wrong_weight_shapes(fn, raises_at_trace):
+  q, k = np.zeros((5, 3), np.float32), np.zeros((6, 4), np.float32)
+  w_q, w_k, v = np.zeros((3, 8), np.float32), np.zeros((4, 8), np.float32), np.zeros(8, np.float32)
+  z = lambda *s: np.zeros(s, np.float32)
+  raises_at_trace(fn, (q, k, z(4, 8), w_k, v), ValueError, "`w_q`", "(4, 8)")
+  raises_at_trace(fn, (q, k, w_q, z(3, 8), v), ValueError, "`w_k`", "(3, 8)")
+  raises_at_trace(fn, (q, k, z(3), w_k, v), ValueError, "`w_q`", "(3,)")
+  raises_at_trace(fn, (q, k, w_q, z(4, 7), v), ValueError, "`w_k [dk, a]`", "(3, 8)", "(4, 7)")
+  raises_at_trace(fn, (q, k, w_q, w_k, z(7)), ValueError, "`v [a]`", "(7,)")
+  raises_at_trace(fn, (q, k, w_q, w_k, z(8, 1)), ValueError, "`v [a]`", "(8, 1)")
+
+
+def test_cosine_beta_must_broadcast_to_scores(raises_at_trace):
+  q, k = np.zeros((5, 4), np.float32), np.zeros((6, 4), np.float32)
+  raises_at_trace(scores.cosine, (q, k, np.ones((3, 1), np.float32)),
+                  ValueError, "`beta`", "(3, 1)", "(5, 6)")
+
+
+def test_bad_input_under_jit_is_a_python_error_not_xla():
+  # The same check fires when jit traces concrete arguments.
+  q, k = jnp.zeros((2, 5, 3)), jnp.zeros((2, 6, 4))
+  with pytest.raises(ValueError, match="`q` and `k`"):
+    jax.jit(scores.dot)(q, k)
