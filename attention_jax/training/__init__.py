@@ -1,0 +1,1 @@
+"""Training, evaluation, checkpointing and the ablation sweep."""

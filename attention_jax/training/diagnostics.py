@@ -1,0 +1,76 @@
+"""What happens inside the attention softmax (the Vaswani §3.2.1 hypothesis).
+
+Shape glossary: `[..., Tq, Tk]` attention tensors, where the leading axes are
+whatever the model has (RNN `[B, T, S]`, Transformer `[L, B, H, T, S]`).
+
+For a batch of cross-attention logits and weights these return:
+  logit_std        standard deviation of the logits across the valid keys of a
+                   query row, averaged over valid rows (what the softmax sees:
+                   a constant shift per row does not change it)
+  entropy          mean row entropy divided by log(#valid keys) (1 = uniform,
+                   0 = one-hot); rows with a single valid key are left out
+  saturated        fraction of valid rows whose largest weight exceeds 0.99
+  grad_norm        L2 norm of d loss / d logits over the whole batch (filled in
+                   by the trainer, which owns the loss)
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+SATURATION = 0.99
+
+
+def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
+                  query_valid: jax.Array) -> dict[str, jax.Array]:
+  """Scalar softmax statistics.
+
+  Args:
+    scores: raw logits `[..., Tq, Tk]` (any float dtype).
+    weights: softmax weights `[..., Tq, Tk]`, zero at masked keys.
+    key_valid: bool, broadcastable to `scores`; True at real keys.
+    query_valid: bool, broadcastable to `scores`; True at real query rows.
+
+  Returns:
+    dict of float32 scalars `logit_std`, `entropy`, `saturated`.
+  """
+  scores = scores.astype(jnp.float32)
+  weights = weights.astype(jnp.float32)
+  valid = jnp.broadcast_to(key_valid & query_valid, scores.shape)  # [..., Tq, Tk]
+  n_keys = jnp.sum(valid, axis=-1)  # [..., Tq]
+  row_q = jnp.broadcast_to(query_valid, scores.shape)[..., 0]  # [..., Tq]
+  rows = row_q & (n_keys > 0)
+  safe_n = jnp.maximum(n_keys, 1).astype(jnp.float32)
+
+  mean = jnp.sum(jnp.where(valid, scores, 0.0), -1) / safe_n  # [..., Tq]
+  var = jnp.sum(jnp.where(valid, jnp.square(scores - mean[..., None]), 0.0), -1) / safe_n
+  std = jnp.sqrt(var)
+
+  plogp = jnp.where(valid & (weights > 0), weights * jnp.log(jnp.where(weights > 0, weights, 1.0)), 0.0)
+  entropy = -jnp.sum(plogp, -1)  # [..., Tq]
+  multi = rows & (n_keys > 1)
+  norm_entropy = entropy / jnp.log(jnp.maximum(n_keys, 2).astype(jnp.float32))
+  saturated = jnp.max(jnp.where(valid, weights, 0.0), -1) > SATURATION
+
+  def masked_mean(x, m):
+    return jnp.sum(jnp.where(m, x, 0.0)) / jnp.maximum(jnp.sum(m), 1)
+
+  return {
+      "logit_std": masked_mean(std, rows),
+      "entropy": masked_mean(norm_entropy, multi),
+      "saturated": masked_mean(saturated.astype(jnp.float32), rows),
+  }
+
+
+def query_valid_like(scores_ndim: int, target_valid: jax.Array) -> jax.Array:
+  """Places a `[B, T]` target-validity mask on the query axis of the scores.
+
+  RNN scores are `[B, T, S]`; Transformer scores `[L, B, H, T, S]`.
+  """
+  if scores_ndim == 3:
+    return target_valid[:, :, None]  # [B, T, 1]
+  if scores_ndim == 5:
+    return target_valid[None, :, None, :, None]  # [1, B, 1, T, 1]
+  raise ValueError(f"attention scores of rank {scores_ndim} are not understood; "
+                   "expected [B, T, S] or [L, B, H, T, S].")

@@ -1,0 +1,417 @@
+"""Training and evaluation of one (arm, dim) configuration for several seeds.
+
+The seeds of a configuration form an *ensemble axis* E: their parameters and
+optimiser states are stacked and every step is one `jax.vmap`-ed, jit-compiled
+program, so N seeds cost one compilation and one dispatch per step. All
+members see the same batches; they differ in initialisation and dropout.
+
+Shape glossary: E ensemble members (seeds), B batch, S source length,
+T target length, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from typing import Any, Callable, Iterator
+
+from absl import logging
+from flax import nnx
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+import numpy as np
+import optax
+import sacrebleu
+
+from attention_jax import decoding
+from attention_jax import models
+from attention_jax.training import checkpoints
+from attention_jax.training import diagnostics
+from attention_jax.training.config import ExperimentConfig
+
+# Fields that may differ between a run and its resumption without changing
+# its numbers.
+_RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every")
+
+
+# ----------------------------------------------------------------------------
+# Model and optimiser construction.
+
+
+def model_for(cfg: ExperimentConfig, arm: str, dim: int, tokenizer):
+  """(model class, model config) for one arm and attention dimension."""
+  dtype = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
+  special = dict(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
+                 eos_id=tokenizer.eos_id, sos_id=tokenizer.sos_id, dtype=dtype,
+                 param_dtype=jnp.float32, dropout=cfg.dropout)
+  if cfg.model == "rnn":
+    if arm in ("none_init", "none_concat"):
+      attention = dict(decoder=arm)
+    else:
+      attention = dict(decoder="luong", score=arm, attention_dim=dim)
+    if arm == "location":
+      attention["max_source_length"] = cfg.max_length + 1
+    return models.Seq2Seq, models.Seq2SeqConfig(
+        embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
+        encoder_layers=cfg.encoder_layers, bidirectional=True,
+        decoder_layers=cfg.decoder_layers, cell=cfg.cell, **attention, **special)
+  return models.Transformer, models.TransformerConfig(
+      num_layers=cfg.decoder_layers, d_model=cfg.hidden_dim, num_heads=cfg.num_heads,
+      d_ff=cfg.ff_dim, score=arm, attention_dim=dim, max_length=2 * cfg.max_length + 16,
+      **special)
+
+
+def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
+  """Adam with warm-up, optional cosine decay, and global-norm clipping."""
+  if cfg.schedule == "cosine":
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0, peak_value=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
+        decay_steps=max(cfg.steps, cfg.warmup_steps + 1), end_value=0.1 * cfg.learning_rate)
+  elif cfg.warmup_steps:
+    schedule = optax.join_schedules(
+        [optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps),
+         optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
+  else:
+    schedule = optax.constant_schedule(cfg.learning_rate)
+  return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), optax.adam(schedule))
+
+
+def token_loss(logits, targets, pad_id: int, label_smoothing: float = 0.0):
+  """Mean cross entropy over non-pad target tokens.
+
+  Args:
+    logits: `[B, T, V]` (any float dtype; computed in float32).
+    targets: int `[B, T]`.
+
+  Returns:
+    `(loss, num_tokens)` float32 scalars.
+  """
+  logits = logits.astype(jnp.float32)
+  labels = jax.nn.one_hot(targets, logits.shape[-1], dtype=jnp.float32)  # [B, T, V]
+  if label_smoothing:
+    labels = optax.smooth_labels(labels, label_smoothing)
+  xent = optax.softmax_cross_entropy(logits, labels)  # [B, T]
+  valid = (targets != pad_id).astype(jnp.float32)
+  ntok = jnp.sum(valid)
+  return jnp.sum(xent * valid) / jnp.maximum(ntok, 1.0), ntok
+
+
+def decoder_input(tgt: np.ndarray, sos_id: int, pad_id: int) -> np.ndarray:
+  """Teacher forcing: `<sos>` + gold shifted right; `[B, T]` -> `[B, T]`."""
+  shifted = np.concatenate([np.full_like(tgt[:, :1], sos_id), tgt[:, :-1]], axis=1)
+  # Rows that are all padding (filler rows) stay all padding.
+  return np.where((tgt != pad_id).any(axis=1, keepdims=True), shifted, pad_id)
+
+
+# ----------------------------------------------------------------------------
+# The ensemble trainer.
+
+
+@dataclasses.dataclass
+class GroupResult:
+  """What one finished (arm, dim) configuration produced, per seed."""
+  rows: list[dict[str, Any]]
+  attention: dict[str, Any] | None  # one test sentence's alignment, for plots
+
+
+class EnsembleTrainer:
+  """Trains `seeds` members of one (arm, dim) configuration together."""
+
+  def __init__(self, cfg: ExperimentConfig, arm: str, dim: int, data,
+               seeds: tuple[int, ...], mesh: Mesh | None = None):
+    self.cfg, self.arm, self.dim, self.data = cfg, arm, dim, data
+    self.seeds = tuple(int(s) for s in seeds)
+    self.tok = data.tokenizer
+    self.model_cls, self.model_config = model_for(cfg, arm, dim, self.tok)
+    self.graphdef, state = models.create_ensemble(self.model_cls, self.model_config, self.seeds)
+    self.params, self.rest = state.split(nnx.Param, ...)
+    self.num_params = models.count_params(
+        jax.tree.map(lambda x: x[0], self.params))
+    self.tx = make_optimizer(cfg)
+    self.opt_state = jax.vmap(self.tx.init)(self.params)
+    self.best_params = self.params
+    self.best_bleu = np.full(len(self.seeds), -1.0)
+    self.best_step = np.zeros(len(self.seeds), np.int64)
+    self.mesh = mesh
+    self._batch_sharding = None
+    if mesh is not None and mesh.size > 1:
+      if cfg.batch_size % mesh.size:
+        raise ValueError(f"`batch_size` ({cfg.batch_size}) must be divisible by the "
+                         f"number of devices ({mesh.size}) for data parallelism.")
+      self._batch_sharding = NamedSharding(mesh, P("data"))
+      replicated = NamedSharding(mesh, P())
+      self.params, self.rest, self.opt_state = jax.device_put(
+          (self.params, self.rest, self.opt_state), replicated)
+    self._train_step = self._build_train_step()
+    self._diag_step = self._build_diag_step()
+    self._decode = self._build_decode()
+
+  # --- compiled functions -------------------------------------------------
+
+  def _apply(self, params, rest, src, tgt_in, **kw):
+    model = nnx.merge(self.graphdef, params, rest)
+    return model(src, tgt_in, **kw)
+
+  def _build_train_step(self):
+    cfg, pad = self.cfg, self.tok.pad_id
+    seeds = jnp.asarray(self.seeds, jnp.uint32)
+
+    def member(params, rest, opt_state, seed, step, src, tgt_in, tgt_out):
+      key = jax.random.fold_in(jax.random.PRNGKey(seed), step)
+
+      def loss_fn(p):
+        logits, _ = self._apply(p, rest, src, tgt_in, deterministic=cfg.dropout == 0.0,
+                                rngs=nnx.Rngs(dropout=key))
+        return token_loss(logits, tgt_out, pad, cfg.label_smoothing)
+
+      (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
+      updates, opt_state = self.tx.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), opt_state, loss
+
+    def step_fn(params, rest, opt_state, step, src, tgt_in, tgt_out):
+      return jax.vmap(member, in_axes=(0, 0, 0, 0, None, None, None, None))(
+          params, rest, opt_state, seeds, step, src, tgt_in, tgt_out)
+
+    return jax.jit(step_fn, donate_argnums=(0, 2))
+
+  def _build_diag_step(self):
+    pad, ls = self.tok.pad_id, self.cfg.label_smoothing
+
+    def member(params, rest, src, tgt_in, tgt_out):
+      model_out = lambda off: self._apply(params, rest, src, tgt_in, deterministic=True,
+                                          score_offset=off)
+      _, aux = model_out(None)
+      if aux.get("scores") is None:  # no attention: nothing to look inside
+        nan = jnp.float32(jnp.nan)
+        return {"logit_std": nan, "entropy": nan, "saturated": nan, "grad_norm": nan}
+
+      def loss_of_offset(off):
+        logits, _ = model_out(off)
+        return token_loss(logits, tgt_out, pad, ls)[0]
+
+      offset = jnp.zeros(aux["scores"].shape, jnp.float32)
+      grad = jax.grad(loss_of_offset)(offset)  # d loss / d attention logits
+      query_valid = diagnostics.query_valid_like(aux["scores"].ndim, tgt_out != pad)
+      stats = diagnostics.softmax_stats(aux["scores"], aux["weights"], aux["key_valid"],
+                                        query_valid)
+      stats["grad_norm"] = jnp.sqrt(jnp.sum(jnp.square(grad)))
+      return stats
+
+    return jax.jit(jax.vmap(member, in_axes=(0, 0, None, None, None)))
+
+  def _build_decode(self):
+    cfg = self.cfg
+
+    def member(params, rest, src):
+      model = nnx.merge(self.graphdef, params, rest)
+      if cfg.beam_size == 1:
+        return decoding.greedy(model, src, return_attention=True)
+      return decoding.beam_search(model, src, beam_size=cfg.beam_size,
+                                  length_penalty=cfg.length_penalty, return_attention=True)
+
+    return jax.jit(jax.vmap(member, in_axes=(0, 0, None)))
+
+  # --- data ---------------------------------------------------------------
+
+  def _put(self, *arrays):
+    if self._batch_sharding is None:
+      return tuple(jnp.asarray(a) for a in arrays)
+    return tuple(jax.make_array_from_callback(a.shape, self._batch_sharding,
+                                              lambda idx, a=a: a[idx]) for a in arrays)
+
+  def _train_batches(self, start_step: int) -> Iterator:
+    it = self.data.batches("train", self.cfg.batch_size, seed=self.seeds[0], shuffle=True,
+                           repeat=True, max_length=self.cfg.max_length)
+    for _ in range(start_step):  # the stream is a pure function of the seed
+      next(it)
+    return it
+
+  # --- evaluation ---------------------------------------------------------
+
+  def translate(self, params, split: str, limit: int):
+    """Beam-search translations of the first `limit` examples of a split.
+
+    Returns `(hypotheses [E][N] str, references [N] str, attention)` where
+    `attention` holds the source/hypothesis tokens and weights of example 0.
+    """
+    sources, references = self.data.texts(split)
+    n = len(sources) if not limit else min(limit, len(sources))
+    hyps = [[""] * n for _ in self.seeds]
+    first = None
+    for batch in self.data.batches(split, self.cfg.batch_size, shuffle=False, repeat=False,
+                                   limit=n):
+      (src,) = self._put(batch.src)
+      tokens, weights = self._decode(params, self.rest, src)  # [E, B, L], [E, B, L, S]
+      tokens = np.asarray(tokens)
+      for row, index in enumerate(batch.index):
+        if index < 0:
+          continue
+        for e in range(len(self.seeds)):
+          hyps[e][index] = self.tok.decode(tokens[e, row].tolist())
+        if index == 0:
+          first = {"src": batch.src[row], "hyp": tokens[0, row],
+                   "weights": np.asarray(weights[0, row], np.float32)}
+    return hyps, references[:n], first
+
+  def bleu(self, params, split: str, limit: int):
+    hyps, refs, first = self.translate(params, split, limit)
+    scores = [sacrebleu.corpus_bleu(h, [refs]).score for h in hyps]
+    return np.asarray(scores), hyps, first
+
+  def diagnose(self, batch) -> dict[str, np.ndarray]:
+    src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
+                                                                self.tok.pad_id), batch.tgt)
+    stats = self._diag_step(self.params, self.rest, src, tgt_in, tgt_out)
+    return {k: np.asarray(v, np.float64) for k, v in stats.items()}
+
+  # --- checkpoint state -----------------------------------------------------
+
+  def arrays(self) -> dict[str, Any]:
+    return {"params": self.params, "opt_state": self.opt_state,
+            "best_params": self.best_params}
+
+  def load_arrays(self, arrays):
+    self.params, self.opt_state, self.best_params = (
+        arrays["params"], arrays["opt_state"], arrays["best_params"])
+
+  # --- the loop -----------------------------------------------------------
+
+  def run(self, run_dir: str, *, log: Callable[[str], None] = print,
+          deadline: float | None = None) -> GroupResult | None:
+    """Trains to `cfg.steps`, resuming from `run_dir` if it holds a checkpoint.
+
+    Returns None when `deadline` (a `time.time()` value) stops it early.
+    """
+    cfg = self.cfg
+    os.makedirs(run_dir, exist_ok=True)
+    ckpt = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"))
+    meta = {"step": 0, "train_seconds": 0.0, "best_bleu": self.best_bleu.tolist(),
+            "best_step": self.best_step.tolist()}
+    restored = ckpt.restore_latest(self.arrays())
+    if restored is not None:
+      arrays, meta = restored
+      self.load_arrays(arrays)
+      self.best_bleu = np.asarray(meta["best_bleu"], np.float64)
+      self.best_step = np.asarray(meta["best_step"], np.int64)
+      log(f"[{self.arm} d={self.dim}] resumed at step {meta['step']}")
+    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"))
+    metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
+
+    diag_batch = next(self.data.batches("validation", min(cfg.batch_size, 64), shuffle=False,
+                                        repeat=False))
+    step = meta["step"]
+    train_seconds = meta["train_seconds"]
+    batches = self._train_batches(step)
+    window_tokens, window_start = 0, time.time()
+    while step < cfg.steps:
+      batch = next(batches)
+      t0 = time.time()
+      src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
+                                                                  self.tok.pad_id), batch.tgt)
+      self.params, self.opt_state, loss = self._train_step(
+          self.params, self.rest, self.opt_state, jnp.int32(step), src, tgt_in, tgt_out)
+      loss = np.asarray(loss)  # waits for the step: honest timings
+      train_seconds += time.time() - t0
+      step += 1
+      window_tokens += int((batch.tgt != self.tok.pad_id).sum()) * len(self.seeds)
+      if not np.all(np.isfinite(loss)):
+        raise FloatingPointError(f"[{self.arm} d={self.dim}] non-finite loss {loss} at step {step}")
+
+      if step % cfg.log_every == 0 or step == cfg.steps:
+        elapsed = time.time() - window_start
+        rate = window_tokens / max(elapsed, 1e-9)
+        eta = (cfg.steps - step) * elapsed / max(cfg.log_every, 1)
+        log(f"[{self.arm} d={self.dim}] step {step}/{cfg.steps} loss "
+            f"{' '.join(f'{x:.3f}' for x in loss)} | {rate:,.0f} tok/s | ETA {eta / 60:.1f} min")
+        window_tokens, window_start = 0, time.time()
+      if step % cfg.diag_every == 0 or step == cfg.steps:
+        stats = self.diagnose(diag_batch)
+        for e, seed in enumerate(self.seeds):
+          metrics.append({"step": step, "seed": seed, "loss": float(loss[e]),
+                          **{k: _num(v[e]) for k, v in stats.items()}})
+      if step % cfg.eval_every == 0 or step == cfg.steps:
+        scores, _, _ = self.bleu(self.params, "validation", cfg.eval_examples)
+        better = scores > self.best_bleu
+        self.best_bleu = np.where(better, scores, self.best_bleu)
+        self.best_step = np.where(better, step, self.best_step)
+        mask = jnp.asarray(better)
+        self.best_params = jax.tree.map(
+            lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
+            self.params, self.best_params)
+        for e, seed in enumerate(self.seeds):
+          metrics.append({"step": step, "seed": seed, "val_bleu": float(scores[e])})
+        log(f"[{self.arm} d={self.dim}] step {step}: validation BLEU "
+            f"{' '.join(f'{s:.2f}' for s in scores)}")
+      if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        ckpt.save(step, self.arrays(), {"step": step, "train_seconds": train_seconds,
+                                        "best_bleu": self.best_bleu.tolist(),
+                                        "best_step": self.best_step.tolist()})
+        if deadline is not None and time.time() > deadline and step < cfg.steps:
+          log(f"[{self.arm} d={self.dim}] time budget reached at step {step}; "
+              "checkpoint saved, re-run the same command to resume")
+          return None
+
+    test_scores, _, first = self.bleu(self.best_params, "test", cfg.test_examples)
+    final = self.diagnose(diag_batch)
+    rows = []
+    for e, seed in enumerate(self.seeds):
+      rows.append({
+          "arm": self.arm, "dim": self.dim, "seed": seed, "model": cfg.model,
+          "dataset": cfg.dataset, "params": self.num_params, "steps": step,
+          "train_seconds": round(train_seconds, 2),
+          "val_bleu": round(float(self.best_bleu[e]), 4), "best_step": int(self.best_step[e]),
+          "test_bleu": round(float(test_scores[e]), 4),
+          "diagnostics": {k: _num(v[e]) for k, v in final.items()},
+      })
+    attention = None
+    if first is not None:
+      attention = {"src": self._pieces(first["src"]), "hyp": self._pieces(first["hyp"]),
+                   "weights": first["weights"]}
+    return GroupResult(rows=rows, attention=attention)
+
+  def _pieces(self, ids) -> list[str]:
+    """Token strings up to and including <eos>, for heat-map axes."""
+    out = []
+    for i in np.asarray(ids).tolist():
+      if i == self.tok.pad_id:
+        break
+      out.append("</s>" if i == self.tok.eos_id else self.tok.id_to_piece(i))
+      if i == self.tok.eos_id:
+        break
+    return out
+
+
+def _num(x) -> float | None:
+  x = float(x)
+  return None if math.isnan(x) else round(x, 6)
+
+
+class MetricsLog:
+  """Append-only JSON-lines log that a resumed run trims back to its checkpoint."""
+
+  def __init__(self, path: str):
+    self.path = path
+
+  def read(self) -> list[dict]:
+    if not os.path.exists(self.path):
+      return []
+    rows = []
+    with open(self.path) as f:
+      for line in f:
+        try:
+          rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: dropped
+          pass
+    return rows
+
+  def truncate_after(self, step: int) -> None:
+    rows = [r for r in self.read() if r["step"] <= step]
+    checkpoints.atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in rows))
+
+  def append(self, row: dict) -> None:
+    with open(self.path, "a") as f:
+      f.write(json.dumps(row) + "\n")

@@ -1,0 +1,35 @@
+r"""The additive-vs-multiplicative attention-dimensionality ablation (Britz et al. 2017).
+
+    python -m experiments.ablation --preset=quick --workdir=runs/quick
+    python -m experiments.ablation --preset=gpu --workdir=runs/gpu   # re-run to resume
+    python -m experiments.ablation --preset=smoke --arms=additive --dims=8 --workdir=/tmp/s
+
+Sweeps --arms x --dims; the --seeds of each pair train together as one
+vmapped program. Re-running the same command skips finished pairs and resumes
+an interrupted one from its last checkpoint. See attention_jax/training/sweep.py
+for the workdir layout.
+"""
+
+from absl import app
+from absl import flags
+
+from experiments import common
+
+flags.DEFINE_string("arms", None, "Comma-separated arms (score functions) to compare; "
+                    "default from the preset (additive,multiplicative,scaled_multiplicative).")
+flags.DEFINE_string("dims", None, "Comma-separated attention dimensions; default from the preset.")
+common.define_flags()
+FLAGS = flags.FLAGS
+
+
+def main(argv):
+  extra = {}
+  if FLAGS.arms is not None:
+    extra["arms"] = common.parse_list("arms", FLAGS.arms)
+  if FLAGS.dims is not None:
+    extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
+  common.run_sweep(argv, extra)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,117 @@
+"""Flags and plumbing shared by the absl drivers `train` and `ablation`.
+
+Every field of `ExperimentConfig` is a flag of the same name whose default is
+"take it from the preset"; a flag given on the command line overrides the
+preset. An invalid value stops the driver with one line, before any work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import typing
+
+from absl import flags
+import jax
+import numpy as np
+
+from attention_jax.training import config as config_lib
+
+FLAGS = flags.FLAGS
+
+_DEFAULTS = config_lib.ExperimentConfig()
+_HELP = {}
+for _line in open(config_lib.__file__, encoding="utf-8"):
+  _s = _line.strip()
+  if ":" in _s and "#" in _s and _s.split(":")[0].isidentifier():
+    _HELP[_s.split(":")[0]] = _s.split("#", 1)[1].strip()
+
+# Fields the individual drivers define themselves.
+_OWN = ("arms", "dims")
+
+
+def define_flags(skip: tuple[str, ...] = ()) -> None:
+  flags.DEFINE_enum("preset", "quick", list(config_lib.PRESETS),
+                    "Starting values for every field; explicit flags override them.")
+  flags.DEFINE_string("workdir", None, "Output folder (results, checkpoints, plots).")
+  hints = typing.get_type_hints(config_lib.ExperimentConfig)
+  for field in dataclasses.fields(config_lib.ExperimentConfig):
+    if field.name in _OWN or field.name in skip:
+      continue
+    help_text = f"{_HELP.get(field.name, field.name)} [dataclass default: {getattr(_DEFAULTS, field.name)!r}]"
+    kind = hints[field.name]
+    if kind is int:
+      flags.DEFINE_integer(field.name, None, help_text)
+    elif kind is float:
+      flags.DEFINE_float(field.name, None, help_text)
+    else:
+      flags.DEFINE_string(field.name, None, help_text)
+  flags.DEFINE_string("coordinator_address", None,
+                      "host:port of process 0; with --num_processes and --process_id "
+                      "starts jax.distributed for multi-host data parallelism.")
+  flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
+  flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
+
+
+def overrides(extra: dict | None = None) -> dict:
+  """The fields given explicitly on the command line."""
+  out = {}
+  for field in dataclasses.fields(config_lib.ExperimentConfig):
+    if field.name in FLAGS and FLAGS[field.name].present:
+      out[field.name] = FLAGS[field.name].value
+  out.update(extra or {})
+  return out
+
+
+def build_config(extra: dict | None = None) -> config_lib.ExperimentConfig:
+  """Preset + explicit flags; exits with one clear line on a bad value."""
+  try:
+    if not FLAGS.workdir:
+      raise ValueError("`--workdir` is required.")
+    return config_lib.from_preset(FLAGS.preset, **overrides(extra))
+  except (ValueError, TypeError) as e:
+    sys.exit(f"error: {e}")
+
+
+def parse_list(name: str, value: str, cast=str) -> tuple:
+  try:
+    items = tuple(cast(v.strip()) for v in value.split(",") if v.strip())
+  except ValueError:
+    sys.exit(f"error: `--{name}` must be a comma-separated list of {cast.__name__}, got {value!r}.")
+  if not items:
+    sys.exit(f"error: `--{name}` is empty.")
+  return items
+
+
+def maybe_start_distributed() -> None:
+  given = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
+  if any(v is not None for v in given):
+    if any(v is None for v in given):
+      sys.exit("error: `--coordinator_address`, `--num_processes` and `--process_id` "
+               "must be given together.")
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes,
+                               FLAGS.process_id)
+
+
+def data_mesh():
+  """A 1-D 'data' mesh over every device, or None on a single device."""
+  devices = jax.devices()
+  if len(devices) == 1:
+    return None
+  return jax.sharding.Mesh(np.asarray(devices), ("data",))
+
+
+def run_sweep(argv, extra: dict) -> None:
+  """Builds the config, starts jax.distributed if asked, runs, prints the table."""
+  from attention_jax.training import sweep  # heavy imports after flag checks
+
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {argv[1:]}")
+  cfg = build_config(extra)
+  maybe_start_distributed()
+  try:
+    table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh())
+  except ValueError as e:
+    sys.exit(f"error: {e}")
+  if table is not None:
+    print("\n" + table)
