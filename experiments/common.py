@@ -103,11 +103,11 @@ def data_mesh():
 
 def run_sweep(argv, extra: dict) -> None:
   """Builds the config, starts jax.distributed if asked, runs, prints the table."""
-  from attention_jax.training import sweep  # heavy imports after flag checks
-
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg = build_config(extra)
+  from attention_jax.training import sweep  # heavy imports only after the checks
+
   maybe_start_distributed()
   try:
     table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh())

@@ -230,6 +230,14 @@ class EnsembleTrainer:
       next(it)
     return it
 
+  def train_step(self, batch, step: int) -> np.ndarray:
+    """One optimiser step of every member on `batch`; returns the losses `[E]`."""
+    src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
+                                                                self.tok.pad_id), batch.tgt)
+    self.params, self.opt_state, loss = self._train_step(
+        self.params, self.rest, self.opt_state, jnp.int32(step), src, tgt_in, tgt_out)
+    return np.asarray(loss)  # waits for the step: honest timings
+
   # --- evaluation ---------------------------------------------------------
 
   def translate(self, params, split: str, limit: int):
@@ -310,11 +318,7 @@ class EnsembleTrainer:
     while step < cfg.steps:
       batch = next(batches)
       t0 = time.time()
-      src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
-                                                                  self.tok.pad_id), batch.tgt)
-      self.params, self.opt_state, loss = self._train_step(
-          self.params, self.rest, self.opt_state, jnp.int32(step), src, tgt_in, tgt_out)
-      loss = np.asarray(loss)  # waits for the step: honest timings
+      loss = self.train_step(batch, step)
       train_seconds += time.time() - t0
       step += 1
       window_tokens += int((batch.tgt != self.tok.pad_id).sum()) * len(self.seeds)
