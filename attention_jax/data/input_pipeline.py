@@ -110,19 +110,21 @@ class TranslationData:
     return self._ids[split]
 
   def batches(self, split: str, batch_size: int, *, seed: int = 0, shuffle: bool = True,
-              repeat: bool = False, max_length: int | None = None) -> Iterator[Batch]:
+              repeat: bool = False, max_length: int | None = None,
+              limit: int | None = None) -> Iterator[Batch]:
     """Fixed-shape `Batch`es of `split` (see `batching.iterate_batches`).
 
     `max_length=None` means `self.max_length` when training (`shuffle` or
     `repeat`), and no limit for an ordered single pass (`shuffle=False,
     repeat=False`), which then covers every example exactly once.
+    `limit` restricts the pass to the first `limit` examples of `texts(split)`.
     """
     src, tgt = self.token_ids(split)
     if max_length is None and (shuffle or repeat):
       max_length = self.max_length
     return batching.iterate_batches(
         src, tgt, batch_size, seed=seed, shuffle=shuffle, repeat=repeat,
-        max_length=max_length, name=f"split {split!r} of {self.name}")
+        max_length=max_length, limit=limit, name=f"split {split!r} of {self.name}")
 
   def padding_fraction(self, split: str, batch_size: int, *,
                        max_length: int | None = None) -> float:

@@ -119,20 +119,17 @@ def default_search_paths() -> list[Path]:
 
 
 def module_dir(root: str | os.PathLike, module: str) -> Path:
-  return Path(root) / "modules" / "texts" / "ztext" / module.lower()
-
-
-def _module_dir_any_case(root: Path, module: str) -> Path:
-  # SWORD lower-cases DataPath on most installs; the .conf keeps the mixed case.
-  for name in (module.lower(), module):
-    candidate = Path(root) / "modules" / "texts" / "ztext" / name
-    if candidate.is_dir():
-      return candidate
-  return module_dir(root, module)
+  """`<root>/modules/texts/ztext/<module>` (as in the .conf's DataPath), or the
+  lower-cased folder name some packagings use, whichever exists."""
+  base = Path(root) / "modules" / "texts" / "ztext"
+  for name in (module, module.lower()):
+    if (base / name).is_dir():
+      return base / name
+  return base / module
 
 
 def _has_modules(root: Path, modules: Iterable[str]) -> bool:
-  return all((_module_dir_any_case(root, m) / "ot.bzz").is_file() for m in modules)
+  return all((module_dir(root, m) / "ot.bzz").is_file() for m in modules)
 
 
 def find_sword_root(path: str | os.PathLike | None = None,
@@ -319,7 +316,7 @@ def read_module(root: str | os.PathLike, module: str) -> list[tuple[Verse, str]]
 
   Empty verses are kept as `''` so that two modules line up slot for slot.
   """
-  directory = _module_dir_any_case(Path(root), module)
+  directory = module_dir(Path(root), module)
   if not directory.is_dir():
     raise SwordModuleError(f"SWORD module folder {directory} does not exist. {INSTALL_HINT}")
   out = []
