@@ -131,13 +131,14 @@ def test_cosine_zero_vectors_score_zero_with_finite_gradients():
   assert np.all(np.asarray(out)[1] == 0.0)
   assert np.all(np.asarray(out)[:, 2] == 0.0)
   np.testing.assert_allclose(out, ref_cosine(q, k, 3.0), rtol=1e-5, atol=1e-5)
-  grads = jax.grad(lambda q, k: jnp.sum(scores.cosine(q, k) ** 2), argnums=(0, 1))(q, k)
+  grads = jax.jit(jax.grad(lambda q, k: jnp.sum(scores.cosine(q, k) ** 2),
+                           argnums=(0, 1)))(q, k)
   for g in grads:
     assert np.all(np.isfinite(g))
   # All-zero inputs: every score 0, every gradient finite.
   zeros = jnp.zeros((TQ, D))
   assert np.all(np.asarray(scores.cosine(zeros, zeros)) == 0.0)
-  g = jax.grad(lambda x: jnp.sum(scores.cosine(x, x)))(zeros)
+  g = jax.jit(jax.grad(lambda x: jnp.sum(scores.cosine(x, x))))(zeros)
   assert np.all(np.isfinite(g))
 
 
@@ -154,11 +155,11 @@ def test_cosine_is_scale_invariant_and_bounded_by_beta():
 # --- Additive: chunked path vs the one-tensor reference -----------------------
 
 
-@pytest.mark.parametrize("block_elements", [1, 2 * TK * A * B, 3 * TK * A * B])
+@pytest.mark.parametrize("block_elements", [1, 3 * TK * A * B])
 @pytest.mark.parametrize("q_lead,k_lead", [((B,), (B,)), ((B, 1), (3,))])
 def test_additive_chunked_matches_naive_values_and_gradients(block_elements, q_lead, k_lead):
-  # Tq = 7 with chunks of 1, 2 or 3 queries (per unit of leading axes):
-  # the last chunk is padded for 2 and 3.
+  # Tq = 7 in chunks of 1 or 3 queries (per unit of leading axes); with 3
+  # the last chunk is padded.
   rng = np.random.default_rng(6)
   q = _normal(rng, q_lead + (7, D))  # [..., Tq, d]
   k = _normal(rng, k_lead + (TK, D))  # [..., Tk, d]
@@ -174,8 +175,8 @@ def test_additive_chunked_matches_naive_values_and_gradients(block_elements, q_l
   def loss(f):
     return lambda *a: jnp.sum(f(*a) * cotangent)
 
-  got = jax.grad(loss(chunked), argnums=range(5))(*args)
-  want = jax.grad(loss(scores.additive_naive), argnums=range(5))(*args)
+  got = jax.jit(jax.grad(loss(chunked), argnums=range(5)))(*args)
+  want = jax.jit(jax.grad(loss(scores.additive_naive), argnums=range(5)))(*args)
   for name, g, w in zip(("q", "k", "w_q", "w_k", "v"), got, want):
     np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4, err_msg=name)
 
@@ -232,7 +233,8 @@ def test_vmap_equals_python_loop(name):
 @pytest.mark.parametrize("name", ALL_SCORES)
 def test_grad_is_finite_and_matches_finite_differences(name):
   fn, args, _ = _case(name, np.random.default_rng(10))
-  grads = jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=range(len(args)))(*args)
+  grads = jax.jit(jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=range(len(args))))(
+      *args)
   for g, a in zip(grads, args):
     assert g.shape == a.shape
     assert np.all(np.isfinite(g))
@@ -240,8 +242,8 @@ def test_grad_is_finite_and_matches_finite_differences(name):
   rng = np.random.default_rng(11)
   direction = [rng.normal(size=np.shape(a)).astype(np.float32) for a in args]
   eps = 1e-2
-  plus = fn(*[a + eps * u for a, u in zip(args, direction)])
-  minus = fn(*[a - eps * u for a, u in zip(args, direction)])
+  plus = jax.jit(fn)(*[a + eps * u for a, u in zip(args, direction)])
+  minus = jax.jit(fn)(*[a - eps * u for a, u in zip(args, direction)])
   numeric = float(jnp.sum(jnp.sin(plus)) - jnp.sum(jnp.sin(minus))) / (2 * eps)
   analytic = sum(float(jnp.sum(g * u)) for g, u in zip(grads, direction))
   assert abs(numeric - analytic) <= 2e-2 * max(1.0, abs(analytic)), (numeric, analytic)
