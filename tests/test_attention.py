@@ -47,7 +47,7 @@ def _params(rng, d, a=5):
 def _random_mask(rng, shape, p=0.6, full_rows=1):
   """Random bool mask with at least `full_rows` fully masked query rows."""
   mask = rng.random(shape) < p
-  mask[..., 0, :] = False if full_rows else mask[..., 0, :]
+  mask[..., :full_rows, :] = False
   return mask
 
 
