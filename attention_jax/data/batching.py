@@ -4,8 +4,9 @@ Every batch has the same number of rows B, and one padded length L shared by
 source and target, taken from a small fixed grid (`bucket_boundaries`):
 multiples of 8 up to 64, of 16 up to 128, of 32 up to 256, and so on (grid
 padding is under 8 tokens up to 64 and under 20% of a row beyond). The JIT'd train step therefore compiles once
-per grid length, not once per batch. A bucket's last, partial batch is topped
-up with filler rows (all pad, `index == -1`) rather than shrunk.
+per grid length, not once per batch. A bucket's leftover examples move up to
+the next longer bucket; the one partial batch left per epoch is topped up with
+filler rows (all pad, `index == -1`) rather than shrunk.
 
 Sequences get EOS appended here; the token ids themselves never contain
 specials. Shuffling is a pure function of `(seed, epoch)`.
@@ -82,18 +83,37 @@ def bucket_boundaries(max_length: int) -> tuple[int, ...]:
 
 def _epoch_plan(lengths: np.ndarray, keep: np.ndarray, batch_size: int,
                 rng: np.random.Generator | None) -> list[tuple[int, np.ndarray]]:
-  """(L, example ids) for every batch of one epoch; ids in bucket order."""
+  """(L, example ids) for every batch of one epoch.
+
+  Shuffled epochs: buckets are filled shortest first; the remainder of a
+  bucket that does not fill a whole batch moves up into the next longer
+  bucket (it fits there, with more padding), so an epoch has at most one
+  partial batch instead of one per bucket: far fewer all-pad filler rows.
+  """
+  if rng is None:
+    # An ordered pass: sort by length (ties by index) and cut; each batch is as
+    # short as its longest member allows. The one partial batch (filler rows)
+    # takes the shortest examples, so fillers are cheap, and comes last, so the
+    # first batch is a full one.
+    order = keep[np.argsort(lengths[keep], kind="stable")]
+    cuts = list(range(len(order) % batch_size or batch_size, len(order), batch_size))
+    chunks = np.split(order, cuts)
+    if len(chunks[0]) < batch_size:
+      chunks = chunks[1:] + chunks[:1]
+    return [(int(padded_length(lengths[chunk].max())), chunk) for chunk in chunks]
   bucket = padded_length(lengths[keep])  # [N_keep]
   plan = []
+  carry = keep[:0]
   for length in np.unique(bucket):
     members = keep[bucket == length]
-    if rng is not None:
-      members = rng.permutation(members)
-    for start in range(0, len(members), batch_size):
+    members = np.concatenate([carry, rng.permutation(members)])
+    full = len(members) // batch_size * batch_size
+    for start in range(0, full, batch_size):
       plan.append((int(length), members[start:start + batch_size]))
-  if rng is not None:
-    plan = [plan[i] for i in rng.permutation(len(plan))]
-  return plan
+    carry = members[full:]
+  if len(carry):  # The one partial batch, as short as its longest member allows.
+    plan.append((int(padded_length(lengths[carry].max())), carry))
+  return [plan[i] for i in rng.permutation(len(plan))]
 
 
 def iterate_batches(src: Sequences, tgt: Sequences, batch_size: int, *, seed: int = 0,

@@ -58,7 +58,8 @@ class TranslationData:
 
   def __init__(self, name: str, split_loaders: dict[str, Callable[[], TextPair]],
                tokenizer, *, max_length: int, source_lang: str, target_lang: str,
-               key_loaders: dict[str, Callable[[], list[str]]] | None = None):
+               key_loaders: dict[str, Callable[[], list[str]]] | None = None,
+               sizes: dict[str, int] | None = None):
     self.name = name
     self.tokenizer = tokenizer
     self.max_length = max_length
@@ -66,6 +67,7 @@ class TranslationData:
     self.target_lang = target_lang
     self._loaders = dict(split_loaders)
     self._key_loaders = dict(key_loaders or {})
+    self._sizes = dict(sizes or {})  # known split sizes: no read needed to count
     self._texts: dict[str, TextPair] = {}
     self._ids: dict[str, tuple[batching.Sequences, batching.Sequences]] = {}
 
@@ -99,6 +101,9 @@ class TranslationData:
     return None if loader is None else list(loader())
 
   def num_examples(self, split: str) -> int:
+    self._check_split(split)
+    if split in self._sizes and split not in self._texts:
+      return self._sizes[split]
     return len(self.texts(split)[0])
 
   def token_ids(self, split: str) -> tuple[batching.Sequences, batching.Sequences]:
@@ -126,12 +131,15 @@ class TranslationData:
         src, tgt, batch_size, seed=seed, shuffle=shuffle, repeat=repeat,
         max_length=max_length, limit=limit, name=f"split {split!r} of {self.name}")
 
-  def padding_fraction(self, split: str, batch_size: int, *,
-                       max_length: int | None = None) -> float:
-    """Measured pad share of src + tgt over one training epoch of `split`."""
+  def padding_fraction(self, split: str, batch_size: int, *, max_length: int | None = None,
+                       shuffle: bool = True, seed: int = 0) -> float:
+    """Measured pad share of src + tgt (filler rows included) over one epoch of
+    `split` as training sees it (shuffled buckets, `max_length` filter);
+    `shuffle=False` measures an evaluation pass instead (no length filter)."""
+    if max_length is None and shuffle:
+      max_length = self.max_length
     return batching.padding_fraction(self.batches(
-        split, batch_size, shuffle=False, repeat=False,
-        max_length=max_length or self.max_length))
+        split, batch_size, seed=seed, shuffle=shuffle, repeat=False, max_length=max_length))
 
   def bleu(self, split: str, hypotheses: Sequence[str]) -> float:
     """Corpus BLEU (sacrebleu defaults) of detokenised `hypotheses` vs `texts(split)`."""
@@ -178,7 +186,8 @@ def _load_bible(name, data_dir, vocab_size, max_length, sword_path=None):
   return TranslationData(
       name, {s: (lambda s=s: (columns(s)[source], columns(s)[target])) for s in splits},
       tok, max_length=max_length, source_lang=source, target_lang=target,
-      key_loaders={s: (lambda s=s: columns(s)["ref"]) for s in splits})
+      key_loaders={s: (lambda s=s: columns(s)["ref"]) for s in splits},
+      sizes={s: builder.info.splits[s].num_examples for s in splits})
 
 
 def _load_wmt(name, data_dir, vocab_size, max_length):

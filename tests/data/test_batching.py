@@ -37,7 +37,10 @@ def test_eval_pass_covers_every_example_once(n, batch_size, seed):
   s, t = _seqs(src, tgt)
   seen = []
   grid = set(batching.bucket_boundaries(64))
-  for b in batching.iterate_batches(s, t, batch_size, shuffle=False):
+  batches = list(batching.iterate_batches(s, t, batch_size, shuffle=False))
+  # One partial batch at most, and it comes last (the first batch is full).
+  assert all(b.num_real == batch_size for b in batches[:-1])
+  for b in batches:
     assert b.src.shape == b.tgt.shape == (batch_size, b.src.shape[1])
     assert b.src.dtype == b.tgt.dtype == np.int32 and b.index.dtype == np.int64
     assert b.src.shape[1] in grid
@@ -74,8 +77,9 @@ def test_shuffle_is_seeded():
   a, _ = _orders(0)
   assert a == _orders(0)[0]
   assert a != _orders(1)[0]
-  # A shuffled epoch still holds every example once.
+  # A shuffled epoch still holds every example once, with one partial batch at most.
   assert sorted(i for batch in a for i in batch if i >= 0) == list(range(100))
+  assert sum(min(batch) < 0 for batch in a) <= 1
 
 
 def test_repeat_reshuffles_each_epoch_deterministically():
