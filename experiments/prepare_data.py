@@ -13,11 +13,12 @@ the repository. The SWORD modules are looked up in `--sword_path`,
 """
 
 import statistics
+import sys
 import time
 
 from absl import app, flags, logging
 
-from attention_jax.data import input_pipeline
+from attention_jax.data import input_pipeline, sword
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Prepared data + tokenizers; default <cache root>/data.")
@@ -54,8 +55,11 @@ def main(argv):
   for name in _DATASETS.value:
     start = time.perf_counter()
     kwargs = {"sword_path": _SWORD_PATH.value} if name.startswith("bible") else {}
-    data = input_pipeline.load(name, data_dir=_DATA_DIR.value,
-                               vocab_size=_VOCAB_SIZE.value, **kwargs)
+    try:
+      data = input_pipeline.load(name, data_dir=_DATA_DIR.value,
+                                 vocab_size=_VOCAB_SIZE.value, **kwargs)
+    except (sword.SwordModuleError, ValueError, ImportError) as e:
+      sys.exit(f"prepare_data: {name}: {e}")  # The message names the fix.
     counts = {split: data.num_examples(split) for split in data.splits}
     elapsed = time.perf_counter() - start
     where = _DATA_DIR.value or input_pipeline.default_data_dir()

@@ -174,6 +174,28 @@ def test_batches(en_es):
   assert en_es.tokenizer.decode(b.tgt[0]) == tgt_texts[b.index[0]]
 
 
+def test_prepare_data_cli_reuses_prepared_data(en_es, data_dir, sword_root):
+  (marker,) = Path(data_dir).glob(f"bible_translate/en-es/*/{bible._MARKER}")
+  before = marker.stat().st_mtime_ns
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.prepare_data", f"--data_dir={data_dir}",
+       f"--sword_path={sword_root}", "--datasets=bible_en_es"],
+      cwd=ROOT, capture_output=True, text=True, check=True)
+  counts = {s: en_es.num_examples(s) for s in en_es.splits}
+  assert f"bible_en_es: {counts}" in out.stdout
+  assert marker.stat().st_mtime_ns == before  # nothing was rebuilt
+
+
+def test_prepare_data_cli_names_the_install_command(tmp_path):
+  out = subprocess.run(
+      [sys.executable, "-m", "experiments.prepare_data", f"--data_dir={tmp_path}",
+       f"--sword_path={tmp_path / 'nowhere'}", "--datasets=bible_en_es"],
+      cwd=ROOT, capture_output=True, text=True)
+  assert out.returncode != 0
+  assert "sudo apt-get install sword-text-kjv sword-text-sparv" in out.stderr
+  assert str(tmp_path / "nowhere") in out.stderr
+
+
 # --- half-written preparations are rebuilt, never read ---------------------------
 
 class ToyPairs(tfds.core.GeneratorBasedBuilder):
