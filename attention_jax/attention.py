@@ -10,17 +10,23 @@ size, dv value size. Leading axes (`...`) are any mix of batch and head axes.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
 
 from attention_jax import _validate
+from attention_jax import blockwise
 from attention_jax import scores as scores_lib
 
 __all__ = ["attend", "attention", "compute_scores", "IMPLEMENTATIONS"]
 
-IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn")
+IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
+
+# Below this many score elements per call (Tq·Tk times the leading axes) the
+# tile loop of `blockwise` costs more than it saves; `auto` stays on `xla` there.
+_BLOCKWISE_MIN_ELEMENTS = 2 ** 16
 
 
 def _check_mask(mask, scores_shape):
@@ -127,6 +133,35 @@ def _fused(query, keys, values, mask, scale, implementation):
   return out
 
 
+def _blockwise_operands(score, query, keys, params):
+  """`(query', keys', scale)` with `f(query, keys) = scale · query' keys'ᵀ`, or None.
+
+  The dot-product family reduces to one scaled dot product, so the
+  `blockwise` kernel serves all of it: `general` folds `W` into the query,
+  `cosine` normalises both sides (with the same 1e-6 norm clamp as
+  `scores.cosine`) and folds a per-query `beta [..., Tq, 1]` into the query.
+  """
+  params = dict(params or {})
+  if score in ("dot", "scaled_dot"):
+    if query.shape[-1] != keys.shape[-1]:
+      return None
+    return query, keys, (1.0 if score == "dot" else None)
+  if score == "general":
+    w = jnp.asarray(params["w"])
+    return jnp.matmul(query, w.astype(query.dtype)), keys, 1.0  # [..., Tq, dk]
+  if score == "cosine":
+    beta = jnp.asarray(params.get("beta", 1.0))
+    if query.shape[-1] != keys.shape[-1] or (beta.ndim and beta.shape[-1] != 1):
+      return None
+
+    def unit(x):
+      sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
+      return x * jax.lax.rsqrt(jnp.maximum(sq, 1e-12)).astype(x.dtype)
+
+    return beta.astype(query.dtype) * unit(query), unit(keys), 1.0
+  return None
+
+
 def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
               score: str = "scaled_dot", params: Mapping[str, Any] | None = None,
               mask: jax.Array | None = None, implementation: str = "auto",
@@ -143,7 +178,11 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     implementation: `plain` (scores + `attend`), `xla` / `cudnn`
       (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
       the fused kernel for `dot` / `scaled_dot` when weights are not requested
-      and dq == dk == dv (it picks cuDNN flash attention on GPUs), else `plain`.
+      and dq == dk == dv (it picks cuDNN flash attention on GPUs; on CPUs
+      `blockwise`, which is faster there for all but tiny problems), else
+      `plain`. `blockwise` (`blockwise.dot_product_attention`, a tiled kernel
+      with its own backward) serves `dot`, `scaled_dot`, `general` and
+      `cosine` with a scalar or per-query `beta`, without return_weights.
     return_weights: also return the float32 weights (forces `plain`).
 
   Returns:
@@ -171,6 +210,20 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   _validate.broadcast_shapes({"query/keys (leading axes)": scores.shape[:-2],
                               "values (leading axes)": values.shape[:-2]})
   mask = _check_mask(mask, scores.shape)
+  operands = (None if return_weights or implementation not in ("auto", "blockwise")
+              else _blockwise_operands(score, query, keys, params))
+  if implementation == "blockwise" and operands is None:
+    raise ValueError(
+        "`implementation='blockwise'` supports scores 'dot', 'scaled_dot', 'general' "
+        "and 'cosine' (beta scalar or [..., Tq, 1]) without return_weights; got "
+        f"score={score!r}, q {tuple(query.shape)}, k {tuple(keys.shape)}, "
+        f"return_weights={return_weights}.")
+  use_blockwise = implementation == "blockwise" or (
+      implementation == "auto" and fusable and jax.default_backend() == "cpu"
+      and math.prod(scores.shape) >= _BLOCKWISE_MIN_ELEMENTS)
+  if use_blockwise:
+    q, k, scale = operands
+    return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
   if fusable and implementation != "plain":
     scale = 1.0 if score == "dot" else None
     return _fused(query, keys, values, mask, scale, implementation)
