@@ -224,6 +224,7 @@ def ensure_prepared(make_builder, *, marker: bool = True, before_prepare=None):
 
 
 def default_data_dir() -> Path:
+  """`<cache root>/data` (same as `input_pipeline.default_data_dir`)."""
   return sword.cache_root() / "data"
 
 

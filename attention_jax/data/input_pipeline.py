@@ -29,7 +29,7 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from attention_jax.data import batching, bible, synthetic, tokenizer as tokenizer_lib
+from attention_jax.data import batching, sword, synthetic, tokenizer as tokenizer_lib
 from attention_jax.data.batching import Batch
 
 __all__ = ["NAMES", "DEFAULT_VOCAB_SIZE", "DEFAULT_MAX_LENGTH", "Batch",
@@ -45,7 +45,11 @@ DEFAULT_MAX_LENGTH = 128
 # seeded sample for WMT; the Bible's ~28k pairs are used in full.
 MAX_TOKENIZER_PAIRS = 1_000_000
 
-default_data_dir = bible.default_data_dir
+
+def default_data_dir() -> Path:
+  """`<cache root>/data`; see `sword.cache_root`."""
+  return sword.cache_root() / "data"
+
 
 TextPair = tuple[list[str], list[str]]
 
@@ -168,6 +172,8 @@ def _train_texts_for_tokenizer(sources: list[str], targets: list[str], seed: int
 
 
 def _load_bible(name, data_dir, vocab_size, max_length, sword_path=None):
+  # TFDS is imported here, not at module import: synthetic tasks stay light.
+  from attention_jax.data import bible  # pylint: disable=g-import-not-at-top
   source, target = ("en", "es") if name == "bible_en_es" else ("es", "en")
   builder = bible.prepare(f"{source}-{target}", data_dir=data_dir, sword_path=sword_path)
   cache: dict[str, dict[str, list[str]]] = {}
