@@ -18,6 +18,8 @@ spaRV1909eb 2022-12-23): see `EXPECTED_COUNTS`.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -183,7 +185,26 @@ def _shards_present(builder: tfds.core.DatasetBuilder) -> bool:
   return True
 
 
-def ensure_prepared(make_builder, *, marker: bool = True, before_prepare=None):
+def _complete(builder, marker: bool) -> bool:
+  path = Path(os.fspath(builder.data_path))
+  return (builder.is_prepared() and _shards_present(builder)
+          and (not marker or (path / _MARKER).is_file()))
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path):
+  """An advisory lock: concurrent preparations (e.g. pytest -n 2) take turns."""
+  lock_file.parent.mkdir(parents=True, exist_ok=True)
+  with open(lock_file, "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool = True,
+                    before_prepare=None):
   """Returns a builder whose data is fully written, (re)building it if needed.
 
   TFDS writes into `incomplete.*` and renames at the end, but it *reuses* any
@@ -194,32 +215,38 @@ def ensure_prepared(make_builder, *, marker: bool = True, before_prepare=None):
 
   Args:
     make_builder: zero-argument callable returning a fresh builder.
+    lock_dir: folder for the lock file that serialises preparations of the
+      same dataset by concurrent processes (the data_dir).
     marker: require and write the completion marker (own datasets); for WMT
       (possibly prepared by plain TFDS) only info + shards are required.
     before_prepare: called just before `download_and_prepare` (e.g. a check
       that TensorFlow is installed).
   """
   builder = make_builder()
-  path = Path(os.fspath(builder.data_path))
-  if (builder.is_prepared() and _shards_present(builder)
-      and (not marker or (path / _MARKER).is_file())):
+  if _complete(builder, marker):
     return builder
-  if path.exists():
-    shutil.rmtree(path)
-  if path.parent.is_dir():  # Leftovers of killed runs: incomplete.<rand>_<version>.
-    for stale in path.parent.glob(f"incomplete.*{builder.version}"):
-      shutil.rmtree(stale, ignore_errors=True)
-  if before_prepare is not None:
-    before_prepare()
-  builder = make_builder()
-  builder.download_and_prepare(
-      file_format="array_record",
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False))
-  if marker:
-    counts = {name: info.num_examples for name, info in builder.info.splits.items()}
-    tmp = path / (_MARKER + ".tmp")
-    tmp.write_text(json.dumps(counts))
-    os.replace(tmp, path / _MARKER)
+  config = builder.builder_config.name if builder.builder_config else "default"
+  with _exclusive(Path(lock_dir) / f".{builder.name}-{config}.lock"):
+    builder = make_builder()
+    if _complete(builder, marker):  # Another process finished it meanwhile.
+      return builder
+    path = Path(os.fspath(builder.data_path))
+    if path.exists():
+      shutil.rmtree(path)
+    if path.parent.is_dir():  # Leftovers of killed runs: incomplete.<rand>_<version>.
+      for stale in path.parent.glob(f"incomplete.*{builder.version}"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if before_prepare is not None:
+      before_prepare()
+    builder = make_builder()
+    builder.download_and_prepare(
+        file_format="array_record",
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    if marker:
+      counts = {name: info.num_examples for name, info in builder.info.splits.items()}
+      tmp = path / (_MARKER + ".tmp")
+      tmp.write_text(json.dumps(counts))
+      os.replace(tmp, path / _MARKER)
   return make_builder()
 
 
@@ -236,7 +263,8 @@ def prepare(config: str = "en-es", *, data_dir: str | os.PathLike | None = None,
   data_dir = os.fspath(data_dir or default_data_dir())
   tfds.disable_progress_bar()
   return ensure_prepared(lambda: BibleTranslate(
-      config=config, data_dir=data_dir, sword_path=sword_path, file_format="array_record"))
+      config=config, data_dir=data_dir, sword_path=sword_path, file_format="array_record"),
+      lock_dir=data_dir)
 
 
 def _as_str(value) -> str:

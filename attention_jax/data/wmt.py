@@ -85,8 +85,8 @@ def require_tensorflow() -> None:
 def prepare(name: str, data_dir: str | os.PathLike) -> tfds.core.DatasetBuilder:
   """Downloads and prepares `name` once (array_record); returns its builder."""
   tfds.disable_progress_bar()
-  return bible.ensure_prepared(lambda: make_builder(name, data_dir), marker=False,
-                               before_prepare=lambda: require_tensorflow())
+  return bible.ensure_prepared(lambda: make_builder(name, data_dir), lock_dir=data_dir,
+                               marker=False, before_prepare=lambda: require_tensorflow())
 
 
 def read_split(builder: tfds.core.DatasetBuilder, split: str, *, source: str = SOURCE,

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -235,17 +236,38 @@ def _lost_shard(version_dir):
 @pytest.mark.parametrize("damage", [_killed_before_marker, _lost_metadata, _lost_shard])
 def test_ensure_prepared_rebuilds_damaged_data(tmp_path, damage):
   make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
-  builder = bible.ensure_prepared(make)
+  prepare = lambda: bible.ensure_prepared(make, lock_dir=tmp_path)
+  builder = prepare()
   version_dir = Path(os.fspath(builder.data_path))
   marker_time = (version_dir / bible._MARKER).stat().st_mtime_ns
-  assert bible.ensure_prepared(make).data_path == builder.data_path  # reused as is
+  assert prepare().data_path == builder.data_path  # reused as is
   assert (version_dir / bible._MARKER).stat().st_mtime_ns == marker_time
   damage(version_dir)
-  rebuilt = bible.ensure_prepared(make)
+  rebuilt = prepare()
   assert (version_dir / bible._MARKER).is_file()
   assert not list(version_dir.parent.glob("incomplete.*"))
   cols = bible.read_source(rebuilt.as_data_source(split="train"), ("en", "es"))
   assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(20))
+
+
+def test_concurrent_preparations_take_turns(tmp_path):
+  make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
+  results, errors = [], []
+
+  def worker():
+    try:
+      results.append(bible.ensure_prepared(make, lock_dir=tmp_path))
+    except Exception as e:  # pylint: disable=broad-except
+      errors.append(e)
+
+  threads = [threading.Thread(target=worker) for _ in range(3)]
+  for t in threads:
+    t.start()
+  for t in threads:
+    t.join()
+  assert not errors and len(results) == 3
+  cols = bible.read_source(results[0].as_data_source(split="test"), ("en",))
+  assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(10))
 
 
 def test_half_written_bible_is_rebuilt(tmp_path, sword_root):
