@@ -26,7 +26,6 @@ import dataclasses
 import html
 import os
 import re
-import struct
 import zlib
 from pathlib import Path
 from typing import Iterable, Sequence
