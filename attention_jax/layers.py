@@ -165,7 +165,7 @@ class Attention(nnx.Module):
       # query per step the tanh block is only [B, 1, S, a], so the chunking
       # `scores.additive` offers for long query axes is not needed here.
       hidden = jnp.tanh(q_proj[..., :, None, :] + prepared[..., None, :, :])
-      out = hidden @ self.v.value.astype(hidden.dtype)  # [B, Tq, S]
+      out = hidden @ self.v[...].astype(hidden.dtype)  # [B, Tq, S]
     elif s in ("multiplicative", "scaled_multiplicative"):
       q_proj = self.query_proj(query)  # [B, Tq, a]
       fn = scores_lib.dot if s == "multiplicative" else scores_lib.scaled_dot
@@ -180,9 +180,9 @@ class Attention(nnx.Module):
       dtype = self.dtype or jnp.result_type(query, prepared)
       params = {}
       if s == "general":
-        params["w"] = self.w.value.astype(dtype)
+        params["w"] = self.w[...].astype(dtype)
       elif s == "cosine":
-        params["beta"] = self.beta.value.astype(dtype)
+        params["beta"] = self.beta[...].astype(dtype)
       out = compute_scores(
           s, query.astype(dtype), prepared.astype(dtype), params)  # [B, Tq, S]
     return out.astype(jnp.float32)
@@ -311,7 +311,7 @@ class MultiHeadAttention(nnx.Module):
     s = self.score
     dtype = self.dtype or jnp.result_type(q, k)
     q, k = q.astype(dtype), k.astype(dtype)
-    per_head = lambda name: getattr(self, name).value.astype(dtype)
+    per_head = lambda name: getattr(self, name)[...].astype(dtype)
     if s in ("dot", "multiplicative"):
       out = scores_lib.dot(q, k)
     elif s in ("scaled_dot", "scaled_multiplicative"):

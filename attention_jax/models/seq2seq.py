@@ -1,7 +1,7 @@
 """RNN encoder-decoder (SPEC.md §1-2) with and without attention, in Flax NNX.
 
-Encoder: embedding, then 1..n layers of GRU / LSTM (Flax's cells under
-`nnx.RNN`, optionally `nnx.Bidirectional`), variable lengths respected (the
+Encoder: embedding, then 1..n layers of GRU / LSTM (Flax's cells, each run
+by one `lax.scan`), uni- or bidirectional, variable lengths respected (the
 backward direction starts at each sentence's last real token; final states
 are taken at the last real token, so trailing padding changes nothing).
 
@@ -31,12 +31,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from flax.nnx.nn.recurrent import flip_sequences
 
 from attention_jax import masks
 from attention_jax.layers import SCORES, Attention, dropout_key
 from attention_jax.models import _common
 
-__all__ = ["Seq2SeqConfig", "Seq2Seq", "DECODERS", "CELLS", "INPUT_FEEDING"]
+__all__ = ["Seq2SeqConfig", "Seq2Seq", "EncoderLayer", "DECODERS", "CELLS", "INPUT_FEEDING"]
 
 DECODERS = ("luong", "bahdanau", "none_init", "none_concat")
 CELLS = ("gru", "lstm")
@@ -131,6 +132,45 @@ def _split_key(key, n):
   return [None] * n if key is None else list(jax.random.split(key, n))
 
 
+def _run_cell(cell, inputs, lengths, carry):
+  """Runs `cell` over `inputs [B, S, D]`; the carry stops changing after each
+  sentence's `lengths [B]` steps. Returns `(final carry, outputs [B, S, h])`."""
+
+  def body(carry, xs):
+    x_t, t = xs
+    new_carry, y = cell(carry, x_t)
+    keep = (t < lengths)[:, None]  # [B, 1]
+    carry = jax.tree.map(lambda n, o: jnp.where(keep, n.astype(o.dtype), o), new_carry, carry)
+    return carry, y
+
+  steps = jnp.arange(inputs.shape[1])
+  carry, outputs = jax.lax.scan(body, carry, (jnp.swapaxes(inputs, 0, 1), steps))
+  return carry, jnp.swapaxes(outputs, 0, 1)
+
+
+class EncoderLayer(nnx.Module):
+  """One encoder RNN layer, forward or bidirectional, respecting lengths.
+
+  The backward cell reads each sentence reversed *within its length* (Flax's
+  `flip_sequences`), so it starts at the last real token, and its outputs are
+  flipped back to source order: `outputs [B, S, h or 2h] = [fwd; bwd]`.
+  """
+
+  def __init__(self, forward_cell: nnx.Module, backward_cell: nnx.Module | None = None):
+    self.forward_cell = forward_cell
+    self.backward_cell = backward_cell
+
+  def __call__(self, inputs, lengths, zero_carry):
+    """inputs `[B, S, D]`, lengths int `[B]` -> `(final carry, outputs [B, S, ·])`;
+    the final carry is a `(forward, backward)` pair when bidirectional."""
+    final, outputs = _run_cell(self.forward_cell, inputs, lengths, zero_carry)
+    if self.backward_cell is None:
+      return final, outputs
+    flip = lambda x: flip_sequences(x, lengths, num_batch_dims=1, time_major=False)
+    final_b, outputs_b = _run_cell(self.backward_cell, flip(inputs), lengths, zero_carry)
+    return (final, final_b), jnp.concatenate([outputs, flip(outputs_b)], axis=-1)
+
+
 class Seq2Seq(nnx.Module):
   """RNN encoder-decoder; `model(src, tgt_in) -> (logits [B, T, V], aux)`.
 
@@ -148,13 +188,13 @@ class Seq2Seq(nnx.Module):
     self.src_embed = nnx.Embed(c.vocab_size, c.embed_dim, **kw)
     self.tgt_embed = nnx.Embed(c.vocab_size, c.embed_dim, **kw)
 
-    # Encoder. nnx.RNN(rngs=False): zero initial carries are passed explicitly,
-    # so the module holds no RNG state and its state is parameters only.
+    # Encoder: Flax cells run by `lax.scan` directly (not nnx.RNN, whose
+    # nnx.scan refuses modules closed over by an outer jax.jit).
     layers, in_dim = [], c.embed_dim
     for _ in range(c.encoder_layers):
-      rnn = lambda: nnx.RNN(cell_cls(in_dim, c.hidden_dim, **kw), rngs=False)
-      layers.append(nnx.Bidirectional(rnn(), rnn(), rngs=False) if c.bidirectional
-                    else rnn())
+      layers.append(EncoderLayer(cell_cls(in_dim, c.hidden_dim, **kw),
+                                 cell_cls(in_dim, c.hidden_dim, **kw) if c.bidirectional
+                                 else None))
       in_dim = c.encoder_dim
     self.encoder = nnx.List(layers)
 
@@ -203,19 +243,12 @@ class Seq2Seq(nnx.Module):
   def _encode(self, src, deterministic, key):
     c = self.config
     valid = masks.padding(src, c.pad_id)  # [B, S]
-    # nnx.RNN gathers the carry at length - 1: an all-padding row uses length 1.
-    lengths = jnp.maximum(jnp.sum(valid, axis=-1), 1).astype(jnp.int32)  # [B]
+    lengths = jnp.sum(valid, axis=-1).astype(jnp.int32)  # [B]
     x = self.src_embed(src)  # [B, S, E]
     finals = []
     for layer, k in zip(self.encoder, _split_key(key, len(self.encoder))):
       x = self.dropout(x, deterministic=deterministic, rngs=k)
-      zero = self._zero_carry(src.shape[0])
-      if c.bidirectional:
-        final, x = layer(x, initial_carry=(zero, zero), seq_lengths=lengths,
-                         return_carry=True)  # x [B, S, 2h]
-      else:
-        final, x = layer(x, initial_carry=zero, seq_lengths=lengths,
-                         return_carry=True)  # x [B, S, h]
+      final, x = layer(x, lengths, self._zero_carry(src.shape[0]))  # x [B, S, De]
       finals.append(final)
     return {"states": x.astype(c.dtype), "key_valid": valid, "final": tuple(finals)}
 

@@ -250,7 +250,7 @@ class Transformer(nnx.Module):
   def _positions(self, length, offset=0):
     """`[T, D]` positional encodings for positions offset..offset+T-1."""
     if self.config.positional == "learned":
-      return positional.learned(self.pos_table.value, length, offset)
+      return positional.learned(self.pos_table[...], length, offset)
     table = positional.sinusoidal(self.config.max_length, self.config.d_model)
     return jax.lax.dynamic_slice_in_dim(table, offset, length, axis=0)  # [T, D]
 

@@ -1,0 +1,264 @@
+"""Tests for attention_jax.models.transformer."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from attention_jax.layers import SCORES
+from attention_jax.models import Transformer, TransformerConfig, count_params, create_ensemble
+from tests.models import synthetic_task
+
+V = 23
+SRC = np.array([[5, 6, 7, 8, 1, 0, 0], [9, 10, 1, 0, 0, 0, 0]], np.int32)  # [2, 7]
+TGT_IN = np.array([[2, 11, 12, 13, 14], [2, 15, 16, 0, 0]], np.int32)  # [2, 5]
+
+
+def small(**overrides):
+  kw = dict(vocab_size=V, num_layers=2, d_model=16, num_heads=4, d_ff=32, dropout=0.1,
+            max_length=16)
+  kw.update(overrides)
+  return TransformerConfig(**kw)
+
+
+CONFIGS = {
+    "post_ln": small(),
+    "pre_ln_learned_unshared_additive": small(pre_layer_norm=True, positional="learned",
+                                              share_embeddings=False, score="additive"),
+    "location_general_dim": small(score="location", attention_dim=6),
+}
+
+
+@functools.partial(nnx.jit, static_argnames=("deterministic",))
+def forward(model, src, tgt_in, *, deterministic=True, rngs=None, score_offset=None):
+  """`model(src, tgt_in, ...)` compiled once per model structure and shapes."""
+  return model(src, tgt_in, deterministic=deterministic, rngs=rngs, score_offset=score_offset)
+
+
+encode = nnx.jit(lambda model, src: model.encode(src))
+
+
+def model_of(config, seed=0):
+  return Transformer(config, rngs=nnx.Rngs(seed))
+
+
+# -- configuration -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field, value, fragment", [
+    ("num_heads", 5, "`d_model` (16) must be divisible by `num_heads` (5)"),
+    ("score", "bilinear", "`score` must be one of"),
+    ("positional", "rope", "`positional` must be one of"),
+    ("dropout", 1.5, "`dropout` must be a float in [0, 1)"),
+    ("dtype", jnp.int32, "`dtype` must be one of"),
+    ("num_layers", 0, "`num_layers` must be a positive int"),
+    ("eos_id", 23, "`eos_id` must be an int in [0, vocab_size=23)"),
+    ("sos_id", 1, "must differ"),
+])
+def test_config_rejects_bad_fields(field, value, fragment):
+  with pytest.raises(ValueError) as info:
+    small(**{field: value})
+  assert fragment in str(info.value)
+
+
+def test_config_base_is_vaswani_base_and_frozen():
+  c = TransformerConfig.base(8000)
+  assert (c.num_layers, c.d_model, c.num_heads, c.d_ff, c.dropout, c.head_dim) == (
+      6, 512, 8, 2048, 0.1, 64)
+  assert (c.positional, c.pre_layer_norm, c.share_embeddings) == ("sinusoidal", False, True)
+  assert TransformerConfig.base(8000, num_layers=2).num_layers == 2
+  with pytest.raises(dataclasses.FrozenInstanceError):
+    c.d_model = 3
+
+
+def expected_params(c: TransformerConfig) -> int:
+  """Closed-form parameter count (all Linear layers have a bias)."""
+  d, f, h, v, dk = c.d_model, c.d_ff, c.num_heads, c.vocab_size, c.head_dim
+  dv = d // h
+  mha = 2 * (d * h * dk + h * dk) + (d * h * dv + h * dv) + (h * dv * d + d)
+  mha += {"additive": 2 * h * dk * dk + h * dk, "general": h * dk * dk, "cosine": h,
+          "location": h * dk * c.max_length + h * c.max_length}.get(c.score, 0)
+  ffn = d * f + f + f * d + d
+  layer_norm = 2 * d
+  encoder = c.num_layers * (mha + ffn + 2 * layer_norm)
+  decoder = c.num_layers * (2 * mha + ffn + 3 * layer_norm)
+  embeddings = v * d if c.share_embeddings else 3 * v * d  # src, tgt, output (no bias)
+  positions = c.max_length * d if c.positional == "learned" else 0
+  final_norms = 2 * layer_norm if c.pre_layer_norm else 0
+  return embeddings + positions + encoder + decoder + final_norms
+
+
+@pytest.mark.parametrize("config", [
+    TransformerConfig.base(8000),
+    *CONFIGS.values(),
+    small(score="general", attention_dim=8), small(score="cosine"),
+], ids=["base", *CONFIGS, "general", "cosine"])
+def test_parameter_count_matches_closed_form(config):
+  model = nnx.eval_shape(lambda: Transformer(config, rngs=nnx.Rngs(0)))
+  assert count_params(model) == expected_params(config)
+  if config.d_model == 512:  # Transformer-base with an 8k vocabulary
+    assert expected_params(config) == 48_234_496
+
+
+# -- forward pass --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_forward_shapes_and_cross_attention(name):
+  c = CONFIGS[name]
+  logits, aux = forward(model_of(c), SRC, TGT_IN)
+  assert logits.shape == (2, 5, V) and logits.dtype == jnp.float32
+  assert aux["scores"].shape == aux["weights"].shape == (2, 2, 4, 5, 7)  # [N, B, H, T, S]
+  assert aux["key_valid"].shape == (1, 2, 1, 1, 7)
+  np.testing.assert_array_equal(aux["key_valid"][0, :, 0, 0], SRC != 0)
+  weights = np.asarray(aux["weights"])
+  np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
+  assert np.all(weights[:, 1, :, :, 3:] == 0.0)  # source padding gets no weight
+  assert np.all(np.isfinite(np.asarray(aux["scores"])))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_decoder_is_causal(name):
+  model = model_of(CONFIGS[name])
+  logits, _ = forward(model, SRC, TGT_IN)
+  for t in range(4):
+    changed = TGT_IN.copy()
+    changed[:, t + 1:] = (changed[:, t + 1:] + 5) % V
+    new, _ = forward(model, SRC, changed)
+    np.testing.assert_allclose(new[:, :t + 1], logits[:, :t + 1], rtol=1e-5, atol=1e-5)
+    assert float(jnp.max(jnp.abs(new[:, t + 1:] - logits[:, t + 1:]))) > 1e-4
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_cached_step_decoding_reproduces_teacher_forced_logits(name):
+  model = model_of(CONFIGS[name])
+  logits, aux = forward(model, SRC, TGT_IN)
+  memory, carry = model.init_decode(SRC, 8)
+  step = jax.jit(lambda m, c, tok, t: model.decode_step(m, c, tok, t))
+  for t in range(TGT_IN.shape[1]):
+    step_logits, carry, weights = step(memory, carry, jnp.asarray(TGT_IN[:, t]), t)
+    real = TGT_IN[:, t] != 0  # padding positions of tgt_in are not decoded
+    np.testing.assert_allclose(step_logits[real], logits[real, t], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(weights[real], aux["weights"][-1, real, :, t].mean(1),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_padding_the_source_changes_nothing():
+  model = model_of(CONFIGS["pre_ln_learned_unshared_additive"])
+  padded = np.pad(SRC, ((0, 0), (0, 4)))
+  np.testing.assert_allclose(encode(model, padded)[:, :7], encode(model, SRC),
+                             rtol=1e-5, atol=1e-5)
+  logits, aux = forward(model, SRC, TGT_IN)
+  logits_p, aux_p = forward(model, padded, TGT_IN)
+  np.testing.assert_allclose(logits_p, logits, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(aux_p["weights"][..., :7], aux["weights"], rtol=1e-5, atol=1e-6)
+  assert np.all(np.asarray(aux_p["weights"])[..., 7:] == 0.0)
+
+
+def test_bfloat16_compute_is_close_to_float32():
+  c32 = small(dropout=0.0)
+  m32 = model_of(c32)
+  m16 = model_of(dataclasses.replace(c32, dtype=jnp.bfloat16))
+  l32, a32 = forward(m32, SRC, TGT_IN)
+  l16, a16 = forward(m16, SRC, TGT_IN)
+  assert l16.dtype == jnp.float32 and a16["weights"].dtype == jnp.float32
+  assert m16.embed.embedding[...].dtype == jnp.float32
+  scale = float(jnp.max(jnp.abs(l32)))
+  np.testing.assert_allclose(l16, l32, atol=0.05 * scale)
+  np.testing.assert_allclose(a16["weights"], a32["weights"], atol=0.05)
+  assert float(jnp.max(jnp.abs(l16 - l32))) > 0  # the bf16 path really ran
+
+
+def test_dropout_uses_the_rngs_given_at_call_time():
+  model = model_of(small(attention_dropout=0.1))
+  det, _ = forward(model, SRC, TGT_IN)
+  a, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=0))
+  b, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=0))
+  c, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=1))
+  np.testing.assert_array_equal(a, b)
+  assert float(jnp.max(jnp.abs(a - det))) > 1e-3 and float(jnp.max(jnp.abs(a - c))) > 1e-3
+  with pytest.raises(ValueError, match="rngs"):
+    forward(model, SRC, TGT_IN, deterministic=False)
+  # Inside jit + vmap after split / merge, with keys made inside the trace.
+  graphdef, state = nnx.split(model)
+  run = jax.jit(jax.vmap(lambda k: nnx.merge(graphdef, state)(
+      SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=k))[0]))
+  out = run(jax.random.split(jax.random.key(0), 2))
+  assert out.shape == (2, 2, 5, V) and float(jnp.max(jnp.abs(out[0] - out[1]))) > 1e-3
+
+
+def test_score_offset_enters_before_the_softmax_and_has_gradients():
+  model = model_of(small())
+  logits, aux = forward(model, SRC, TGT_IN)
+  zeros = jnp.zeros(aux["scores"].shape)
+  np.testing.assert_allclose(forward(model, SRC, TGT_IN, score_offset=zeros)[0], logits, atol=1e-6)
+  # Constant along the key axis: the softmax does not see it.
+  shift = jnp.broadcast_to(jnp.arange(5.0)[None, None, None, :, None], zeros.shape)
+  np.testing.assert_allclose(forward(model, SRC, TGT_IN, score_offset=shift)[0], logits,
+                             rtol=1e-5, atol=1e-5)
+
+  graphdef, state = nnx.split(model)
+
+  @jax.jit
+  def loss(offset):
+    out, _ = nnx.merge(graphdef, state)(SRC, TGT_IN, score_offset=offset)
+    return jnp.sum(jax.nn.log_softmax(out)[..., 3])
+
+  grad = np.asarray(jax.grad(loss)(zeros))  # [N, B, H, T, S]
+  assert grad.shape == zeros.shape and np.abs(grad).max() > 1e-4
+  assert np.all(grad[:, 1, :, :, 3:] == 0.0)  # masked keys get no gradient
+  np.testing.assert_allclose(grad.sum(-1), 0.0, atol=1e-5)  # softmax shift invariance
+  # Finite difference along the gradient's direction u: dL/du = |grad|.
+  u = grad / np.linalg.norm(grad)
+  eps = 0.05
+  numeric = (loss(eps * u) - loss(-eps * u)) / (2 * eps)
+  np.testing.assert_allclose(numeric, np.linalg.norm(grad), rtol=2e-2)
+  with pytest.raises(ValueError, match=r"score_offset.*\[N, B, H, T, S\]"):
+    forward(model, SRC, TGT_IN, score_offset=jnp.zeros((2, 5, 7)))
+
+
+def test_bad_inputs_raise_named_errors():
+  model = model_of(small())
+  with pytest.raises(ValueError, match="`src` has length 20 > config.max_length=16"):
+    forward(model, np.ones((2, 20), np.int32), TGT_IN)
+  with pytest.raises(ValueError, match="batch size"):
+    forward(model, SRC[:1], TGT_IN)
+  with pytest.raises(TypeError, match="`tgt_in` must be an integer array"):
+    forward(model, SRC, TGT_IN.astype(np.float32))
+  with pytest.raises(ValueError, match=r"`src` must be int tokens \[B, T\]"):
+    forward(model, SRC[0], TGT_IN)
+  with pytest.raises(TypeError, match="TransformerConfig"):
+    Transformer({"vocab_size": 3}, rngs=nnx.Rngs(0))
+
+
+def test_ensemble_of_seeds_equals_separately_built_models():
+  config = small(score="additive")
+  seeds = [3, 0, 7]
+  graphdef, states = create_ensemble(Transformer, config, seeds)
+  assert count_params(states) == 3 * count_params(model_of(config))
+  run = jax.jit(jax.vmap(lambda st: nnx.merge(graphdef, st)(SRC, TGT_IN)[0]))
+  together = run(states)
+  for i, seed in enumerate(seeds):
+    alone, _ = forward(model_of(config, seed), SRC, TGT_IN)
+    np.testing.assert_allclose(together[i], alone, rtol=1e-5, atol=1e-5)
+  assert float(jnp.max(jnp.abs(together[0] - together[1]))) > 1e-3
+
+
+# -- overfitting a synthetic task ------------------------------------------------
+
+_FAST_SCORES = ("scaled_dot",)
+
+
+@pytest.mark.parametrize("score", [
+    pytest.param(s, marks=() if s in _FAST_SCORES else pytest.mark.slow) for s in SCORES])
+def test_overfits_copy_task(score):
+  config = TransformerConfig(16, num_layers=2, d_model=64, num_heads=4, d_ff=128,
+                             dropout=0.0, score=score, max_length=16)
+  data = synthetic_task.make_task(512, 16, task="copy")
+  accuracy, steps, seconds = synthetic_task.train_to_accuracy(
+      model_of(config), data, max_steps=2000, learning_rate=1e-3)
+  assert accuracy >= 0.99, (score, accuracy, steps, seconds)
