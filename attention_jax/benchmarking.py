@@ -1,0 +1,308 @@
+"""Honest-measurement helpers for attention benchmarks (used by experiments/benchmark.py).
+
+- FLOPs by the FlashAttention convention: forward `4·B·H·Tq·Tk·D` (two
+  matmuls of `2·Tq·Tk·D` per head), halved when causal; forward+backward is
+  3.5 × forward (five matmuls in the backward plus the forward's two, of
+  which the backward recomputes one).
+- Timing: the program is compiled before the clock starts, every call ends
+  in `block_until_ready`, warm-up calls are discarded, and the median and the
+  spread of several repeats are reported.
+- Memory: the compiled program's `memory_analysis()` (temporaries,
+  arguments, outputs; available on CPU too) and, where the runtime tracks it,
+  the device's peak bytes in use.
+- Correctness: a naive float32 einsum reference; `verify_close` raises
+  `KernelMismatchError` so that a wrong kernel is never timed.
+
+Shape glossary: B batch, H heads, Tq / Tk query / key lengths, D head (feature)
+size, a additive attention size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import platform
+import statistics
+import time
+from typing import Any, Callable, Mapping, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_jax import _validate
+
+__all__ = [
+    "attention_flops", "PEAK_TFLOPS", "dense_peak_tflops", "Timing", "compile_fn",
+    "time_compiled", "time_callable", "memory_stats", "peak_device_memory",
+    "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
+    "verify_close", "default_tolerance", "machine_description",
+]
+
+FWD_BWD_FACTOR = 3.5
+
+# Dense (no sparsity) peak TFLOP/s per device kind and input dtype, from the
+# vendors' data sheets. float32 on NVIDIA tensor-core GPUs is the TF32 rate,
+# which is what XLA uses for float32 matmuls at default precision. Keys are
+# matched case-insensitively as substrings of `jax.Device.device_kind`; more
+# specific patterns come first.
+PEAK_TFLOPS: tuple[tuple[str, Mapping[str, float]], ...] = (
+    ("h100 pcie", {"bfloat16": 756.0, "float16": 756.0, "float32": 378.0}),
+    ("h100", {"bfloat16": 989.0, "float16": 989.0, "float32": 494.7}),  # SXM (HBM3)
+    ("h200", {"bfloat16": 989.0, "float16": 989.0, "float32": 494.7}),
+    ("gh200", {"bfloat16": 989.0, "float16": 989.0, "float32": 494.7}),
+    ("b200", {"bfloat16": 2250.0, "float16": 2250.0, "float32": 1100.0}),
+    ("a100", {"bfloat16": 312.0, "float16": 312.0, "float32": 156.0}),
+    ("l40s", {"bfloat16": 362.0, "float16": 362.0, "float32": 183.0}),
+    ("l4", {"bfloat16": 121.0, "float16": 121.0, "float32": 60.0}),
+    ("a10g", {"bfloat16": 70.0, "float16": 70.0, "float32": 35.0}),
+    ("v100", {"float16": 125.0, "float32": 15.7}),
+    ("tpu v6", {"bfloat16": 918.0}),
+    ("tpu v5p", {"bfloat16": 459.0}),
+    ("tpu v5 lite", {"bfloat16": 197.0}),
+    ("tpu v5e", {"bfloat16": 197.0}),
+    ("tpu v4", {"bfloat16": 275.0}),
+)
+
+
+def dense_peak_tflops(device_kind: str, dtype) -> float | None:
+  """Peak dense TFLOP/s of `device_kind` for `dtype`, or None if unknown (e.g. CPUs)."""
+  name = jnp.dtype(dtype).name
+  kind = device_kind.lower()
+  for pattern, peaks in PEAK_TFLOPS:
+    if pattern in kind:
+      return peaks.get(name)
+  return None
+
+
+def attention_flops(batch: int, heads: int, tq: int, tk: int, head_dim: int, *,
+                    causal: bool = False, backward: bool = False) -> float:
+  """FlashAttention-convention FLOPs of one attention call.
+
+  Forward `4·B·H·Tq·Tk·D`, halved when `causal`; `backward=True` counts
+  forward+backward as 3.5 × forward.
+  """
+  for name, value in (("batch", batch), ("heads", heads), ("tq", tq), ("tk", tk),
+                      ("head_dim", head_dim)):
+    _validate.positive_int(value, name)
+  flops = 4.0 * batch * heads * tq * tk * head_dim
+  if causal:
+    flops /= 2
+  return flops * (FWD_BWD_FACTOR if backward else 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class Timing:
+  """Wall-clock seconds of one call: median and spread over `repeats` calls."""
+  median_s: float
+  min_s: float
+  max_s: float
+  iqr_s: float  # interquartile range: the spread that ignores one-off hiccups
+  repeats: int
+  times_s: tuple[float, ...]
+
+  @classmethod
+  def from_times(cls, times: Sequence[float]) -> "Timing":
+    if not times:
+      raise ValueError("`times` must hold at least one measurement, got none.")
+    ts = sorted(float(t) for t in times)
+    q1, q3 = (np.percentile(ts, [25, 75]) if len(ts) > 1 else (ts[0], ts[0]))
+    return cls(median_s=statistics.median(ts), min_s=ts[0], max_s=ts[-1],
+               iqr_s=float(q3 - q1), repeats=len(ts), times_s=tuple(ts))
+
+
+def compile_fn(fn: Callable, *args, static_argnums=()) -> tuple[Any, float]:
+  """`(compiled, seconds)`: `fn` jitted, lowered and compiled for `args`, untimed later."""
+  start = time.perf_counter()
+  compiled = jax.jit(fn, static_argnums=static_argnums).lower(*args).compile()
+  return compiled, time.perf_counter() - start
+
+
+def time_compiled(compiled: Callable, *args, warmup: int = 2, repeats: int = 10) -> Timing:
+  """Times `compiled(*args)`: `warmup` discarded calls, then `repeats` timed ones.
+
+  Each call is followed by `jax.block_until_ready`, so the asynchronous
+  dispatch cannot hide the computation.
+  """
+  warmup = _validate.positive_int(warmup, "warmup") if warmup else 0
+  repeats = _validate.positive_int(repeats, "repeats")
+  for _ in range(warmup):
+    jax.block_until_ready(compiled(*args))
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    jax.block_until_ready(compiled(*args))
+    times.append(time.perf_counter() - start)
+  return Timing.from_times(times)
+
+
+def time_callable(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10,
+                  sync: Callable[[Any], Any] = lambda x: x) -> Timing:
+  """Times a zero-argument callable that is not a JAX program (e.g. PyTorch).
+
+  `sync(result)` must block until the result is computed.
+  """
+  repeats = _validate.positive_int(repeats, "repeats")
+  for _ in range(warmup):
+    sync(fn())
+  times = []
+  for _ in range(repeats):
+    start = time.perf_counter()
+    sync(fn())
+    times.append(time.perf_counter() - start)
+  return Timing.from_times(times)
+
+
+def memory_stats(compiled) -> dict[str, int | None]:
+  """Bytes from `compiled.memory_analysis()`: temp, argument, output, peak (if known)."""
+  try:
+    stats = compiled.memory_analysis()
+  except Exception:  # some backends do not implement it  # pylint: disable=broad-except
+    stats = None
+  if stats is None:
+    return {"temp_bytes": None, "argument_bytes": None, "output_bytes": None,
+            "peak_bytes": None}
+  peak = getattr(stats, "peak_memory_in_bytes", None)
+  return {"temp_bytes": int(stats.temp_size_in_bytes),
+          "argument_bytes": int(stats.argument_size_in_bytes),
+          "output_bytes": int(stats.output_size_in_bytes),
+          "peak_bytes": int(peak) if peak else None}
+
+
+def peak_device_memory(device=None) -> int | None:
+  """`peak_bytes_in_use` of the device's allocator (GPU/TPU), None where untracked (CPU).
+
+  It is the high-water mark since the process started, not per program.
+  """
+  device = device or jax.devices()[0]
+  try:
+    stats = device.memory_stats()
+  except Exception:  # pylint: disable=broad-except
+    return None
+  if not stats:
+    return None
+  peak = stats.get("peak_bytes_in_use")
+  return int(peak) if peak is not None else None
+
+
+def _f32(x):
+  return jnp.asarray(x).astype(jnp.float32)
+
+
+def naive_scores(score: str, query, keys, params: Mapping[str, Any] | None = None):
+  """Reference scores in float32 by explicit einsums (independent of `scores.py`).
+
+  query `[..., Tq, dq]`, keys `[..., Tk, dk]` -> `[..., Tq, Tk]` float32.
+  """
+  params = dict(params or {})
+  q, k = _f32(query), _f32(keys)
+  hi = jax.lax.Precision.HIGHEST
+  if score == "dot":
+    return jnp.einsum("...qd,...kd->...qk", q, k, precision=hi)
+  if score == "scaled_dot":
+    return jnp.einsum("...qd,...kd->...qk", q, k, precision=hi) / math.sqrt(q.shape[-1])
+  if score == "general":
+    return jnp.einsum("...qd,de,...ke->...qk", q, _f32(params["w"]), k, precision=hi)
+  if score == "cosine":
+    qn = q / jnp.maximum(jnp.linalg.norm(q, axis=-1, keepdims=True), 1e-6)
+    kn = k / jnp.maximum(jnp.linalg.norm(k, axis=-1, keepdims=True), 1e-6)
+    return _f32(params.get("beta", 1.0)) * jnp.einsum("...qd,...kd->...qk", qn, kn,
+                                                      precision=hi)
+  if score == "additive":
+    qa = jnp.einsum("...qd,da->...qa", q, _f32(params["w_q"]), precision=hi)
+    ka = jnp.einsum("...kd,da->...ka", k, _f32(params["w_k"]), precision=hi)
+    hidden = jnp.tanh(qa[..., :, None, :] + ka[..., None, :, :])  # [..., Tq, Tk, a]
+    return jnp.einsum("...qka,a->...qk", hidden, _f32(params["v"]), precision=hi)
+  raise ValueError(f"`score` must be one of ('dot', 'scaled_dot', 'general', "
+                   f"'cosine', 'additive'), got {score!r}.")
+
+
+def naive_attention(query, keys, values, mask=None, *, score: str = "scaled_dot",
+                    params: Mapping[str, Any] | None = None):
+  """The reference: float32 einsum scores, masked softmax, weighted sum.
+
+  Returns context `[..., Tq, dv]` float32. A query row whose keys are all
+  masked gets a zero context (the library's convention).
+  """
+  scores = naive_scores(score, query, keys, params)  # [..., Tq, Tk]
+  if mask is not None:
+    mask = jnp.asarray(mask)
+    scores = jnp.where(mask, scores, -jnp.inf)
+  row_max = jnp.max(scores, axis=-1, keepdims=True)
+  row_max = jnp.where(jnp.isfinite(row_max), row_max, 0.0)
+  unnorm = jnp.exp(scores - row_max)  # [..., Tq, Tk]; exp(-inf) = 0 at masked keys
+  total = jnp.sum(unnorm, axis=-1, keepdims=True)
+  weights = unnorm / jnp.where(total > 0, total, 1.0)
+  return jnp.einsum("...qk,...kd->...qd", weights, _f32(values),
+                    precision=jax.lax.Precision.HIGHEST)  # [..., Tq, dv]
+
+
+class KernelMismatchError(AssertionError):
+  """A kernel's output differs from the reference by more than the tolerance."""
+
+
+def max_error(candidate, reference) -> tuple[float, float]:
+  """`(max |candidate - reference|, max |reference|)` over every leaf of two pytrees."""
+  cand_leaves = jax.tree.leaves(candidate)
+  ref_leaves = jax.tree.leaves(reference)
+  if len(cand_leaves) != len(ref_leaves):
+    raise ValueError(f"candidate has {len(cand_leaves)} arrays, reference "
+                     f"{len(ref_leaves)}; they must have the same structure.")
+  err, scale = 0.0, 0.0
+  for c, r in zip(cand_leaves, ref_leaves):
+    c, r = np.asarray(c, np.float64), np.asarray(r, np.float64)
+    if c.shape != r.shape:
+      raise KernelMismatchError(f"shape {c.shape} differs from the reference's {r.shape}.")
+    if not np.all(np.isfinite(c)):
+      return math.inf, float(np.max(np.abs(r))) if r.size else 0.0
+    if c.size:
+      err = max(err, float(np.max(np.abs(c - r))))
+      scale = max(scale, float(np.max(np.abs(r))))
+  return err, scale
+
+
+def default_tolerance(dtype) -> float:
+  """Allowed max error relative to the reference's largest magnitude, per input dtype.
+
+  float32 allows for TF32 matmuls on GPUs (10-bit mantissa); half precision
+  for bfloat16's 8-bit mantissa over long sums.
+  """
+  name = jnp.dtype(dtype).name
+  return {"float64": 1e-6, "float32": 5e-3, "bfloat16": 5e-2, "float16": 2e-2}.get(name, 5e-2)
+
+
+def verify_close(candidate, reference, *, rtol: float, name: str = "kernel") -> float:
+  """Raises `KernelMismatchError` unless `max|c - r| <= rtol · max(1, max|r|)`.
+
+  Returns the max absolute error.
+  """
+  err, scale = max_error(candidate, reference)
+  bound = rtol * max(1.0, scale)
+  if not err <= bound:
+    raise KernelMismatchError(
+        f"{name} disagrees with the naive reference: max |error| = {err:.3g} > "
+        f"{bound:.3g} (rtol {rtol:g} × max(1, max|reference| = {scale:.3g})); "
+        "refusing to time it.")
+  return err
+
+
+def machine_description() -> dict[str, Any]:
+  """Platform, device kind, CPU model and usable core count, JAX version."""
+  cpu = platform.processor() or platform.machine()
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8") as f:
+      for line in f:
+        if line.startswith("model name"):
+          cpu = line.split(":", 1)[1].strip()
+          break
+  except OSError:
+    pass
+  device = jax.devices()[0]
+  try:
+    cores = len(os.sched_getaffinity(0))
+  except AttributeError:  # not Linux
+    cores = os.cpu_count()
+  return {"platform": device.platform, "device_kind": device.device_kind,
+          "device_count": jax.device_count(), "cpu": cpu, "cpu_cores": cores,
+          "jax_version": jax.__version__}

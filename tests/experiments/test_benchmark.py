@@ -1,0 +1,151 @@
+"""End-to-end tests of experiments/benchmark.py (subprocesses, tiny sizes)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+TINY_KERNELS = ["--suite=kernels,additive", "--seq_lens=16,32", "--head_dims=8", "--heads=2",
+                "--batch=1", "--causal=false", "--dtypes=float32", "--modes=fwd_bwd",
+                "--repeats=3", "--warmup=1", "--additive_batch=2", "--additive_dim=16",
+                "--additive_seq_lens=8,16", "--additive_time_max_len=8"]
+
+
+def _run(args, workdir, script=None):
+  """Runs the driver (or `script`, which calls it) in a subprocess."""
+  if script is None:
+    cmd = [sys.executable, "-m", "experiments.benchmark", f"--workdir={workdir}", *args]
+  else:
+    cmd = [sys.executable, "-c", textwrap.dedent(script), f"--workdir={workdir}", *args]
+  return subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
+def _rows(workdir):
+  with open(os.path.join(workdir, "benchmark.jsonl")) as f:
+    return [json.loads(line) for line in f]
+
+
+def _has_torch():
+  try:
+    import torch  # pylint: disable=unused-import
+    return True
+  except ImportError:
+    return False
+
+
+def test_tiny_sweep_writes_well_formed_output(tmp_path):
+  impls = "scaled_dot,additive,naive,jax_xla,nnx" + (",torch" if _has_torch() else "")
+  proc = _run(TINY_KERNELS + [f"--impls={impls}"], tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = _rows(tmp_path)
+  kernels = [r for r in rows if r["suite"] == "kernels"]
+  assert len(kernels) == len(impls.split(",")) * 2  # impls × lengths
+  for r in kernels:
+    assert r["status"] == "ok", r
+    # Every timed kernel was checked against the reference first.
+    assert r["max_abs_err"] <= 5e-3 * 10
+    assert r["time_min_s"] <= r["time_median_s"] <= r["time_max_s"]
+    assert r["repeats"] == 3 and r["tflops"] > 0
+    want = 4 * 1 * 2 * r["seq_len"] ** 2 * 8 * (3.5 if r["mode"] == "fwd_bwd" else 1)
+    assert r["flops"] == want
+    if r["impl"] != "torch":
+      assert r["temp_bytes"] is not None and r["argument_bytes"] > 0
+  additive = {(r["impl"], r["seq_len"]): r for r in rows if r["suite"] == "additive"}
+  assert set(additive) == {(i, t) for i in ("additive_chunked", "additive_naive") for t in (8, 16)}
+  assert additive[("additive_chunked", 8)]["status"] == "ok"
+  assert additive[("additive_chunked", 16)]["status"] == "compiled_only"  # > time_max_len
+  assert all(r["temp_bytes"] > 0 for r in additive.values())
+  files = set(os.listdir(tmp_path))
+  for name in ("kernels_fwd_bwd_float32_b1_h2_d8_full.png", "additive_memory.png"):
+    assert name in files
+    with open(tmp_path / name, "rb") as f:
+      assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+  table = (tmp_path / "benchmark.md").read_text()
+  assert "| impl | mode |" in table and "jax_xla / scaled_dot" in table
+
+
+# Runs the driver with (1) torch hidden and (2) the library's `dot` kernel
+# replaced by a deliberately wrong one (unscaled scores under the scaled_dot
+# name) whose timing would be recorded if the driver did not check it.
+_WRONG_KERNEL = """
+import sys
+sys.modules["torch"] = None  # `import torch` now raises ImportError
+from absl import app
+from experiments import benchmark
+from attention_jax import benchmarking as bm
+import attention_jax as aj
+
+timed = []
+original_time = bm.time_compiled
+def spy(compiled, *args, **kw):
+  timed.append(compiled)
+  return original_time(compiled, *args, **kw)
+bm.time_compiled = spy
+
+original_build = benchmark.build_kernel
+def build(impl, case, params, library_implementation):
+  if impl == "dot":  # checked against the scaled_dot reference below
+    return benchmark.Kernel(lambda q, k, v: aj.attention(q, k, v, score="dot"))
+  return original_build(impl, case, params, library_implementation)
+benchmark.build_kernel = build
+benchmark._score_of = lambda impl: "scaled_dot"
+
+def main(argv):
+  benchmark.main(argv)
+  print("TIMED", len(timed))
+app.run(main, argv=sys.argv)
+"""
+
+
+def test_wrong_kernel_is_refused_and_missing_torch_is_skipped(tmp_path):
+  proc = _run(["--suite=kernels", "--impls=dot,scaled_dot,torch", "--seq_lens=16", "--head_dims=8",
+               "--heads=2", "--batch=1", "--causal=false", "--dtypes=float32", "--modes=fwd",
+               "--repeats=3", "--warmup=1"], tmp_path, script=_WRONG_KERNEL)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = {r["impl"]: r for r in _rows(tmp_path)}
+  assert rows["dot"]["status"] == "refused"
+  assert "refusing to time" in rows["dot"]["reason"]
+  assert "time_median_s" not in rows["dot"]
+  assert rows["scaled_dot"]["status"] == "ok"
+  assert rows["torch"]["status"] == "skipped" and "PyTorch is not installed" in rows["torch"]["reason"]
+  assert "TIMED 1" in proc.stdout  # only the correct kernel reached the timer
+
+
+@pytest.mark.parametrize("flag,needle", [
+    ("--impls=scaled_dot,bogus", "impls"),
+    ("--seq_lens=128,abc", "seq_lens"),
+    ("--dtypes=float8", "dtypes"),
+    ("--suite=everything", "suite"),
+    ("--causal=maybe", "causal"),
+    ("--repeats=0", "repeats"),
+])
+def test_bad_flags_fail_with_one_line(tmp_path, flag, needle):
+  proc = _run([flag], tmp_path / "w")
+  assert proc.returncode != 0
+  err = [l for l in proc.stderr.strip().splitlines() if l.strip() and "libtpu" not in l]
+  assert any(needle in l for l in err), proc.stderr
+  assert len(err) <= 2, proc.stderr
+  assert not os.path.exists(tmp_path / "w" / "benchmark.jsonl")
+
+
+def test_models_suite_tiny(tmp_path):
+  proc = _run(["--suite=models", "--model_size=tiny", "--model_batch=2", "--model_seq_len=4",
+               "--model_seeds=2", "--model_steps=2", "--repeats=3", "--models=transformer"],
+              tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = {r["impl"]: r for r in _rows(tmp_path)}
+  assert set(rows) == {"1 seed", "2 seeds sequential", "2 seeds vmapped"}
+  for r in rows.values():
+    assert r["status"] == "ok" and r["tokens_per_s"] > 0
+  # tokens/s = B·T·steps·seeds / median time per call.
+  one = rows["1 seed"]
+  assert one["tokens_per_s"] == pytest.approx(2 * 4 * 2 / one["time_median_s"])
+  vm = rows["2 seeds vmapped"]
+  assert vm["tokens_per_s"] == pytest.approx(2 * 4 * 2 * 2 / vm["time_median_s"])
+  assert vm["speedup_vs_one_seed"] == pytest.approx(vm["tokens_per_s"] / one["tokens_per_s"])
+  assert 0 < one["final_loss"] < 20

@@ -1,0 +1,169 @@
+"""Tests for attention_jax/benchmarking.py: FLOP counting, timing, memory, reference, refusal."""
+
+import math
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_jax as aj
+from attention_jax import benchmarking as bm
+from attention_jax import masks, scores
+
+
+def test_flops_match_hand_computed_values():
+  # 4·B·H·Tq·Tk·D = 4·2·3·5·7·11.
+  assert bm.attention_flops(2, 3, 5, 7, 11) == 9240
+  assert bm.attention_flops(2, 3, 5, 7, 11, causal=True) == 4620
+  assert bm.attention_flops(2, 3, 5, 7, 11, backward=True) == 32340  # × 3.5
+  assert bm.attention_flops(2, 3, 5, 7, 11, causal=True, backward=True) == 16170
+  # The issue's CPU target shape: B = H = 8, T = 512, D = 64 -> 2^32 forward FLOPs.
+  assert bm.attention_flops(8, 8, 512, 512, 64) == 2 ** 32
+  assert bm.attention_flops(8, 8, 512, 512, 64, backward=True) == 3.5 * 2 ** 32
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True])
+def test_flops_reject_non_positive_ints(bad):
+  with pytest.raises((ValueError, TypeError), match="`heads`"):
+    bm.attention_flops(1, bad, 4, 4, 4)
+
+
+def test_peak_table():
+  assert bm.dense_peak_tflops("NVIDIA H100 80GB HBM3", jnp.bfloat16) == 989.0
+  assert bm.dense_peak_tflops("NVIDIA H100 PCIe", "bfloat16") == 756.0
+  assert bm.dense_peak_tflops("NVIDIA H200", "float16") == 989.0
+  assert bm.dense_peak_tflops("NVIDIA A100-SXM4-80GB", "bfloat16") == 312.0
+  assert bm.dense_peak_tflops("TPU v4", "bfloat16") == 275.0
+  assert bm.dense_peak_tflops("cpu", "float32") is None
+  assert bm.dense_peak_tflops("TPU v4", "float32") is None
+
+
+def test_timing_statistics():
+  t = bm.Timing.from_times([0.5, 0.1, 0.3, 0.2, 0.4])
+  assert (t.median_s, t.min_s, t.max_s, t.repeats) == (0.3, 0.1, 0.5, 5)
+  assert t.iqr_s == pytest.approx(0.2)  # 0.4 - 0.2
+  assert t.times_s == (0.1, 0.2, 0.3, 0.4, 0.5)
+  with pytest.raises(ValueError, match="`times`"):
+    bm.Timing.from_times([])
+
+
+def test_time_compiled_warms_up_blocks_and_repeats():
+  calls = []
+
+  def slow(x):
+    calls.append(time.perf_counter())
+    time.sleep(0.004)
+    return x + 1
+
+  timing = bm.time_compiled(slow, jnp.zeros(3), warmup=2, repeats=4)
+  assert len(calls) == 6 and timing.repeats == 4
+  assert timing.min_s >= 0.004 and timing.min_s <= timing.median_s <= timing.max_s
+
+
+def test_time_compiled_waits_for_the_device():
+  # An asynchronous dispatch returns before the result exists; block_until_ready
+  # makes the measured time cover the work: a bigger matmul must take longer.
+  small, big = jnp.ones((64, 64)), jnp.ones((768, 768))
+  f = jax.jit(lambda x: x @ x @ x @ x)
+  small_c, big_c = f.lower(small).compile(), f.lower(big).compile()
+  t_small = bm.time_compiled(small_c, small, warmup=1, repeats=5).median_s
+  t_big = bm.time_compiled(big_c, big, warmup=1, repeats=5).median_s
+  assert t_big > 5 * t_small
+
+
+def test_compile_fn_and_memory_stats():
+  x = jnp.ones((32, 16), jnp.float32)
+  compiled, seconds = bm.compile_fn(lambda x: jnp.exp(x) @ x.T, x)
+  assert seconds > 0
+  np.testing.assert_allclose(compiled(x), jnp.exp(x) @ x.T, rtol=1e-6)
+  mem = bm.memory_stats(compiled)
+  assert mem["argument_bytes"] == 32 * 16 * 4
+  assert mem["output_bytes"] == 32 * 32 * 4
+  assert isinstance(mem["temp_bytes"], int) and mem["temp_bytes"] >= 0
+  # CPUs keep no allocator statistics.
+  assert bm.peak_device_memory() is None
+
+
+def test_memory_analysis_sees_the_naive_additive_tensor():
+  # The [B, Tq, Tk, a] tanh block of the naive additive score dominates its temps.
+  b, t, a = 2, 32, 64
+  args = (jnp.ones((b, t, 8)), jnp.ones((b, t, 8)), jnp.ones((8, a)), jnp.ones((8, a)),
+          jnp.ones(a))
+  loss = lambda fn: jax.grad(lambda *p: jnp.sum(fn(*p)), argnums=(0, 1))
+  naive, _ = bm.compile_fn(loss(scores.additive_naive), *args)
+  assert bm.memory_stats(naive)["temp_bytes"] >= b * t * t * a * 4
+
+
+def _random_qkv(rng, shape):
+  return tuple(jnp.asarray(rng.standard_normal(shape), jnp.float32) for _ in range(3))
+
+
+def test_naive_attention_matches_numpy_and_zeroes_empty_rows():
+  rng = np.random.default_rng(0)
+  q, k, v = _random_qkv(rng, (2, 5, 4))
+  mask = rng.random((2, 5, 5)) < 0.6
+  mask[1, 3] = False
+  s = np.einsum("bqd,bkd->bqk", q, k) / 2.0  # 1/√4
+  s = np.where(mask, s, -np.inf)
+  w = np.exp(s - np.max(np.where(mask, s, -1e30), -1, keepdims=True))
+  w = np.where(mask, w, 0)
+  w = w / np.maximum(w.sum(-1, keepdims=True), 1e-30)
+  want = np.einsum("bqk,bkd->bqd", w, v)
+  got = bm.naive_attention(q, k, v, jnp.asarray(mask))
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+  assert np.all(np.asarray(got[1, 3]) == 0)
+
+
+@pytest.mark.parametrize("score", scores.SCORE_NAMES)
+def test_naive_scores_agree_with_the_library(score):
+  rng = np.random.default_rng(1)
+  q, k, _ = _random_qkv(rng, (2, 6, 8))
+  params = {"w": jnp.asarray(rng.standard_normal((8, 8)), jnp.float32),
+            "w_q": jnp.asarray(rng.standard_normal((8, 5)), jnp.float32),
+            "w_k": jnp.asarray(rng.standard_normal((8, 5)), jnp.float32),
+            "v": jnp.asarray(rng.standard_normal(5), jnp.float32), "beta": 3.0}
+  np.testing.assert_allclose(bm.naive_scores(score, q, k, params),
+                             aj.compute_scores(score, q, k, params), rtol=1e-4, atol=1e-4)
+  with pytest.raises(ValueError, match="`score`"):
+    bm.naive_scores("location", q, k)
+
+
+def test_verify_close_accepts_correct_and_refuses_wrong_kernels():
+  rng = np.random.default_rng(2)
+  q, k, v = _random_qkv(rng, (2, 3, 16, 8))
+  mask = masks.causal(16)
+  reference = bm.naive_attention(q, k, v, mask)
+  good = aj.attention(q, k, v, mask=mask)
+  assert bm.verify_close(good, reference, rtol=bm.default_tolerance("float32")) < 1e-4
+  # Deliberately wrong kernels: no 1/√d, no mask, keys and values swapped.
+  wrong = {"unscaled": aj.attention(q, k, v, score="dot", mask=mask),
+           "unmasked": aj.attention(q, k, v),
+           "swapped": aj.attention(q, v, k, mask=mask),
+           "nan": good.at[0, 0, 0, 0].set(jnp.nan)}
+  for name, out in wrong.items():
+    with pytest.raises(bm.KernelMismatchError, match="refusing to time"):
+      bm.verify_close(out, reference, rtol=bm.default_tolerance("float32"), name=name)
+  with pytest.raises(bm.KernelMismatchError, match="shape"):
+    bm.verify_close(good[..., :4], reference, rtol=1e-3)
+  with pytest.raises(ValueError, match="structure"):
+    bm.verify_close((good, good), (reference,), rtol=1e-3)
+
+
+def test_tolerances_by_dtype():
+  assert bm.default_tolerance(jnp.float32) < bm.default_tolerance(jnp.bfloat16)
+  # bfloat16 rounding of O(1) values passes its own tolerance, not float32's.
+  x = jnp.linspace(-3, 3, 101)
+  rounded = x.astype(jnp.bfloat16).astype(jnp.float32)
+  bm.verify_close(rounded, x, rtol=bm.default_tolerance("bfloat16"))
+  with pytest.raises(bm.KernelMismatchError):
+    bm.verify_close(rounded, x, rtol=1e-4)
+
+
+def test_machine_description():
+  info = bm.machine_description()
+  assert info["platform"] == jax.devices()[0].platform
+  assert info["cpu_cores"] >= 1 and isinstance(info["cpu"], str) and info["cpu"]
+  assert info["jax_version"] == jax.__version__
+  assert math.isfinite(info["device_count"])
