@@ -14,6 +14,8 @@ The model protocol they use (implemented by both families):
   model.config.{pad_id, eos_id, sos_id}; model.max_decode_length (None = no cap)
 
 Output convention: int32 ids `[B, L]` where L = the static length limit;
+`<pad>` and `<sos>` are never produced (their logits are masked, and beam
+scores are log-probabilities renormalised over the other tokens);
 a hypothesis stops at `<eos>`, and **`<eos>` itself is not written**: it and
 every position after it hold pad (0). The per-sentence limit is
 `min(floor(max_len_a * src_len + max_len_b), L)` tokens *including* the
@@ -75,6 +77,12 @@ def _limits(src, pad_id, a, b, length):
   return jnp.clip(limit, 1, length)
 
 
+def _allowed_logits(logits, cfg):
+  """`<pad>` and `<sos>` can never be outputs: their logits are masked out."""
+  banned = (jnp.arange(logits.shape[-1]) == cfg.pad_id) | (jnp.arange(logits.shape[-1]) == cfg.sos_id)
+  return jnp.where(banned, -jnp.inf, logits.astype(jnp.float32))  # [..., V]
+
+
 def _check_attention(model, return_attention):
   if return_attention and not getattr(model.config, "has_attention", True):
     raise ValueError("return_attention=True needs a model with attention; this "
@@ -112,7 +120,7 @@ def greedy(model, src: jax.Array, *, max_len: int | None = None,
   def body(state):
     t, carry, prev, done, out, attn = state
     logits, carry, weights = model.decode_step(memory, carry, prev, t)
-    token = jnp.argmax(logits, axis=-1).astype(jnp.int32)  # [B]
+    token = jnp.argmax(_allowed_logits(logits, cfg), axis=-1).astype(jnp.int32)  # [B]
     write = ~done & (token != cfg.eos_id)  # eos and finished rows -> pad
     out = out.at[:, t].set(jnp.where(write, token, cfg.pad_id))
     if return_attention:
@@ -191,7 +199,8 @@ def beam_search(model, src: jax.Array, *, beam_size: int = 4,
     t = state["t"]
     logits, carry, weights = model.decode_step(
         memory, state["carry"], state["tokens"].reshape(-1), t)
-    logp = jax.nn.log_softmax(logits).reshape(batch, k, vocab)  # [B, K, V]
+    logp = jax.nn.log_softmax(_allowed_logits(logits, cfg)).reshape(batch, k, vocab)
+    logp = jnp.maximum(logp, _NEG)  # banned tokens: -inf -> a finite "impossible"
     cand = (state["alive_logp"][:, :, None] + logp).reshape(batch, k * vocab)
     top_logp, top_idx = jax.lax.top_k(cand, 2 * k)  # [B, 2K]
     top_beam, top_token = top_idx // vocab, (top_idx % vocab).astype(jnp.int32)
