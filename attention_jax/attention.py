@@ -10,7 +10,6 @@ size, dv value size. Leading axes (`...`) are any mix of batch and head axes.
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping
 
 import jax
@@ -24,9 +23,13 @@ __all__ = ["attend", "attention", "compute_scores", "IMPLEMENTATIONS"]
 
 IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
 
-# Below this many score elements per call (Tq·Tk times the leading axes) the
-# tile loop of `blockwise` costs more than it saves; `auto` stays on `xla` there.
-_BLOCKWISE_MIN_ELEMENTS = 2 ** 16
+# On CPUs `auto` takes `blockwise` from this many keys on, `plain` below it.
+# Measured (experiments/benchmark.py, 2-core Xeon, float32, D = 64): from
+# Tk = 256 on, blockwise forward+backward is 1.2-2.3x faster than plain at every
+# batch and head count tried; at Tk <= 128 plain is faster (the tiles are too
+# small to amortise the loop). jax.nn.dot_product_attention('xla') was slower
+# than plain at every shape tried on CPU, so `auto` does not use it there.
+_BLOCKWISE_MIN_KEYS = 256
 
 
 def _check_mask(mask, scores_shape):
@@ -178,9 +181,10 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     implementation: `plain` (scores + `attend`), `xla` / `cudnn`
       (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
       the fused kernel for `dot` / `scaled_dot` when weights are not requested
-      and dq == dk == dv (it picks cuDNN flash attention on GPUs; on CPUs
-      `blockwise`, which is faster there for all but tiny problems), else
-      `plain`. `blockwise` (`blockwise.dot_product_attention`, a tiled kernel
+      and dq == dk == dv (it picks cuDNN flash attention on GPUs), else
+      `plain`; on CPUs, where the fused XLA kernel is slower than `plain`, the
+      dot-product case takes `blockwise` from Tk = 256 keys on and `plain`
+      below. `blockwise` (`blockwise.dot_product_attention`, a tiled kernel
       with its own backward) serves `dot`, `scaled_dot`, `general` and
       `cosine` with a scalar or per-query `beta`, without return_weights.
     return_weights: also return the float32 weights (forces `plain`).
@@ -218,13 +222,11 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
         "and 'cosine' (beta scalar or [..., Tq, 1]) without return_weights; got "
         f"score={score!r}, q {tuple(query.shape)}, k {tuple(keys.shape)}, "
         f"return_weights={return_weights}.")
-  use_blockwise = implementation == "blockwise" or (
-      implementation == "auto" and fusable and jax.default_backend() == "cpu"
-      and math.prod(scores.shape) >= _BLOCKWISE_MIN_ELEMENTS)
-  if use_blockwise:
+  on_cpu_auto = implementation == "auto" and fusable and jax.default_backend() == "cpu"
+  if implementation == "blockwise" or (on_cpu_auto and keys.shape[-2] >= _BLOCKWISE_MIN_KEYS):
     q, k, scale = operands
     return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
-  if fusable and implementation != "plain":
+  if fusable and implementation != "plain" and not on_cpu_auto:
     scale = 1.0 if score == "dot" else None
     return _fused(query, keys, values, mask, scale, implementation)
   context, weights = attend(compute_scores(score, query, keys, params), values, mask)

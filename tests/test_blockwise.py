@@ -167,16 +167,19 @@ def test_attention_blockwise_rejects_what_it_cannot_compute():
     assert fragment in str(info.value)
 
 
-def test_auto_uses_blockwise_on_cpu_for_large_problems_only():
-  big = jax.ShapeDtypeStruct((2, 4, 128, 32), jnp.float32)
-  small = jax.ShapeDtypeStruct((2, 4, 8, 32), jnp.float32)
-  jaxpr = lambda s: str(jax.make_jaxpr(lambda q: aj.attention(q, q, q))(s))
+def test_auto_on_cpu_uses_blockwise_for_long_keys_and_plain_otherwise():
+  long = jax.ShapeDtypeStruct((1, 2, 8, 256, 16), jnp.float32)
+  short = jax.ShapeDtypeStruct((2, 4, 255, 16), jnp.float32)
+  jaxpr = lambda s, **kw: str(jax.make_jaxpr(lambda q: aj.attention(q, q, q, **kw))(s))
   assert jax.default_backend() == "cpu"
-  assert "custom_vjp" in jaxpr(big)
-  assert "custom_vjp" not in jaxpr(small)
-  # Requesting weights keeps the plain path whatever the size.
-  assert "custom_vjp" not in str(jax.make_jaxpr(
-      lambda q: aj.attention(q, q, q, return_weights=True))(big))
+  assert "custom_vjp" in jaxpr(long)
+  assert "custom_vjp" in jaxpr(long, score="dot", mask=masks.causal(256))
+  # Below 256 keys: the plain path (its float32 softmax), not jax.nn's fused kernel.
+  plain = jaxpr(short, implementation="plain")
+  assert jaxpr(short) == plain and "custom_vjp" not in plain
+  # Weights requested, or a score outside the fused family: plain whatever the size.
+  assert "custom_vjp" not in jaxpr(long, return_weights=True)
+  assert "custom_vjp" not in jaxpr(long, score="general", params={"w": jnp.eye(16)})
 
 
 def test_vmap_and_jit_of_blockwise():
