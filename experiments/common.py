@@ -12,6 +12,7 @@ import sys
 import typing
 
 from absl import flags
+from absl import logging
 import jax
 import numpy as np
 
@@ -107,6 +108,8 @@ def run_sweep(argv, extra: dict) -> None:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg = build_config(extra)
   from attention_jax.training import sweep  # heavy imports only after the checks
+
+  logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
 
   maybe_start_distributed()
   try:

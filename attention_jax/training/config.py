@@ -40,6 +40,7 @@ class ExperimentConfig:
   vocab_size: int = 8000             # joint SentencePiece vocabulary (ignored by synthetic tasks)
   max_length: int = 64               # drop training pairs longer than this many tokens
   batch_size: int = 64               # sentences per batch (all seeds see the same batches)
+  data_seed: int = 0                 # shuffling seed of the training stream, shared by all seeds
   # --- optimisation ---
   steps: int = 20000                 # training steps per run
   learning_rate: float = 1e-3        # Adam peak learning rate

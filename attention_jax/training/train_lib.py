@@ -133,7 +133,7 @@ class EnsembleTrainer:
         jax.tree.map(lambda x: x[0], self.params))
     self.tx = make_optimizer(cfg)
     self.opt_state = jax.vmap(self.tx.init)(self.params)
-    self.best_params = self.params
+    self.best_params = jax.tree.map(jnp.copy, self.params)  # params get donated
     self.best_bleu = np.full(len(self.seeds), -1.0)
     self.best_step = np.zeros(len(self.seeds), np.int64)
     self.mesh = mesh
@@ -224,7 +224,7 @@ class EnsembleTrainer:
                                               lambda idx, a=a: a[idx]) for a in arrays)
 
   def _train_batches(self, start_step: int) -> Iterator:
-    it = self.data.batches("train", self.cfg.batch_size, seed=self.seeds[0], shuffle=True,
+    it = self.data.batches("train", self.cfg.batch_size, seed=self.cfg.data_seed, shuffle=True,
                            repeat=True, max_length=self.cfg.max_length)
     for _ in range(start_step):  # the stream is a pure function of the seed
       next(it)
@@ -314,24 +314,26 @@ class EnsembleTrainer:
     step = meta["step"]
     train_seconds = meta["train_seconds"]
     batches = self._train_batches(step)
-    window_tokens, window_start = 0, time.time()
+    window_tokens, window_seconds, window_start = 0, 0.0, time.time()
     while step < cfg.steps:
       batch = next(batches)
       t0 = time.time()
       loss = self.train_step(batch, step)
       train_seconds += time.time() - t0
+      window_seconds += time.time() - t0
       step += 1
       window_tokens += int((batch.tgt != self.tok.pad_id).sum()) * len(self.seeds)
       if not np.all(np.isfinite(loss)):
         raise FloatingPointError(f"[{self.arm} d={self.dim}] non-finite loss {loss} at step {step}")
 
       if step % cfg.log_every == 0 or step == cfg.steps:
-        elapsed = time.time() - window_start
-        rate = window_tokens / max(elapsed, 1e-9)
-        eta = (cfg.steps - step) * elapsed / max(cfg.log_every, 1)
+        # tokens/s over training steps only; the ETA from wall time (with evaluation).
+        rate = window_tokens / max(window_seconds, 1e-9)
+        eta = (cfg.steps - step) * (time.time() - window_start) / max(cfg.log_every, 1)
         log(f"[{self.arm} d={self.dim}] step {step}/{cfg.steps} loss "
-            f"{' '.join(f'{x:.3f}' for x in loss)} | {rate:,.0f} tok/s | ETA {eta / 60:.1f} min")
-        window_tokens, window_start = 0, time.time()
+            f"{' '.join(f'{x:.3f}' for x in loss)} | {rate:,.0f} target tok/s | "
+            f"ETA {eta / 60:.1f} min")
+        window_tokens, window_seconds, window_start = 0, 0.0, time.time()
       if step % cfg.diag_every == 0 or step == cfg.steps:
         stats = self.diagnose(diag_batch)
         for e, seed in enumerate(self.seeds):
@@ -383,7 +385,12 @@ class EnsembleTrainer:
     for i in np.asarray(ids).tolist():
       if i == self.tok.pad_id:
         break
-      out.append("</s>" if i == self.tok.eos_id else self.tok.id_to_piece(i))
+      if i == self.tok.eos_id:
+        out.append("</s>")
+      elif hasattr(self.tok, "id_to_piece"):  # SentencePiece: show sub-word pieces
+        out.append(self.tok.id_to_piece(i))
+      else:
+        out.append(self.tok.decode([i]))
       if i == self.tok.eos_id:
         break
     return out
