@@ -1,0 +1,100 @@
+"""Parameter counts and the time of one training step of the reference models.
+
+    python -m experiments.model_step_time                    # both models, CPU
+    python -m experiments.model_step_time --model=rnn --batch=32 --length=40
+
+One step = forward + backward + Adam update (with dropout), compiled with
+`jax.jit` once before timing; the reported figure is the median over
+`--repeats` steps (compile time excluded), each waited for with
+`block_until_ready`. Models: Britz-base RNN (embedding 512, bidirectional GRU
+512, 2-layer GRU decoder 512, additive attention dim 512) and
+Transformer-base (N=6, d_model 512, h=8, d_ff 2048), vocabulary `--vocab`.
+"""
+
+import statistics
+import time
+
+from absl import app
+from absl import flags
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from attention_jax import models
+
+FLAGS = flags.FLAGS
+flags.DEFINE_enum("model", "both", ["rnn", "transformer", "both"], "Which model to time.")
+flags.DEFINE_integer("batch", 32, "Sentences per batch.")
+flags.DEFINE_integer("length", 40, "Source and target tokens per sentence.")
+flags.DEFINE_integer("vocab", 8000, "Vocabulary size.")
+flags.DEFINE_integer("repeats", 7, "Timed steps (the median is reported).")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+
+
+def build(name: str, vocab: int, dtype):
+  if name == "rnn":
+    return models.Seq2Seq(models.Seq2SeqConfig.britz_base(vocab, dtype=dtype),
+                          rngs=nnx.Rngs(0))
+  return models.Transformer(models.TransformerConfig.base(vocab, dtype=dtype),
+                            rngs=nnx.Rngs(0))
+
+
+def time_step(model, batch: int, length: int, vocab: int, repeats: int):
+  """Returns (compile seconds, list of step seconds)."""
+  graphdef, params = nnx.split(model)
+  tx = optax.adam(1e-4)
+  opt_state = tx.init(params)
+  rng = np.random.default_rng(0)
+  src = rng.integers(3, vocab, (batch, length)).astype(np.int32)
+  tgt = rng.integers(3, vocab, (batch, length)).astype(np.int32)
+  tgt_in = np.concatenate([np.full((batch, 1), 2, np.int32), tgt[:, :-1]], axis=1)
+
+  def loss_fn(p, key):
+    logits, _ = nnx.merge(graphdef, p)(src, tgt_in, deterministic=False,
+                                       rngs=nnx.Rngs(dropout=key))
+    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tgt))
+
+  @jax.jit
+  def step(p, o, key):
+    loss, grads = jax.value_and_grad(loss_fn)(p, key)
+    updates, o = tx.update(grads, o, p)
+    return optax.apply_updates(p, updates), o, loss
+
+  key = jax.random.key(0)
+  start = time.perf_counter()
+  compiled = step.lower(params, opt_state, key).compile()
+  compile_s = time.perf_counter() - start
+  params, opt_state, loss = compiled(params, opt_state, key)  # warm-up
+  jax.block_until_ready(loss)
+  times = []
+  for i in range(repeats):
+    start = time.perf_counter()
+    params, opt_state, loss = compiled(params, opt_state, jax.random.fold_in(key, i))
+    jax.block_until_ready((params, loss))
+    times.append(time.perf_counter() - start)
+  return compile_s, times
+
+
+def main(argv):
+  del argv
+  dtype = jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32
+  names = ["rnn", "transformer"] if FLAGS.model == "both" else [FLAGS.model]
+  print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()} "
+        f"({jax.default_backend()}), jax {jax.__version__}, dtype {FLAGS.dtype}")
+  for name in names:
+    model = build(name, FLAGS.vocab, dtype)
+    compile_s, times = time_step(model, FLAGS.batch, FLAGS.length, FLAGS.vocab,
+                                 FLAGS.repeats)
+    median = statistics.median(times)
+    tokens = FLAGS.batch * FLAGS.length
+    print(f"{name:>11}: params {models.count_params(model):,} | step "
+          f"{median * 1e3:.0f} ms median (min {min(times) * 1e3:.0f}, max "
+          f"{max(times) * 1e3:.0f}, n={len(times)}) at batch {FLAGS.batch} x "
+          f"{FLAGS.length} tokens = {tokens / median:,.0f} target tokens/s | "
+          f"compile {compile_s:.1f} s")
+
+
+if __name__ == "__main__":
+  app.run(main)
