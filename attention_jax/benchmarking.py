@@ -35,7 +35,7 @@ from attention_jax import _validate
 
 __all__ = [
     "attention_flops", "PEAK_TFLOPS", "dense_peak_tflops", "Timing", "compile_fn",
-    "time_compiled", "time_callable", "memory_stats", "peak_device_memory",
+    "time_compiled", "time_callable", "time_interleaved", "memory_stats", "peak_device_memory",
     "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
     "verify_close", "default_tolerance", "machine_description",
 ]
@@ -152,6 +152,33 @@ def time_callable(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10,
     sync(fn())
     times.append(time.perf_counter() - start)
   return Timing.from_times(times)
+
+
+def time_interleaved(calls: Mapping[str, Callable[[], Any]], *, warmup: int = 2,
+                     repeats: int = 10) -> dict[str, Timing]:
+  """Times several zero-argument calls in rounds, one call of each per round.
+
+  The order rotates from round to round. Load from other processes on a
+  shared machine then falls on every contender alike instead of on whichever
+  happened to run during the busy seconds, which keeps their ratios fair.
+  Each call's result goes through `jax.block_until_ready` (a no-op for
+  non-JAX values such as PyTorch tensors, which are computed synchronously).
+  """
+  repeats = _validate.positive_int(repeats, "repeats")
+  if not calls:
+    raise ValueError("`calls` must name at least one callable, got none.")
+  names = list(calls)
+  for name in names:
+    for _ in range(warmup):
+      jax.block_until_ready(calls[name]())
+  times = {name: [] for name in names}
+  for r in range(repeats):
+    shift = r % len(names)
+    for name in names[shift:] + names[:shift]:
+      start = time.perf_counter()
+      jax.block_until_ready(calls[name]())
+      times[name].append(time.perf_counter() - start)
+  return {name: Timing.from_times(ts) for name, ts in times.items()}
 
 
 def memory_stats(compiled) -> dict[str, int | None]:

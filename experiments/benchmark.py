@@ -98,8 +98,9 @@ flags.DEFINE_string("library_implementation", "auto",
                     "`implementation` argument of the library's attention for the per-score impls.")
 flags.DEFINE_integer("repeats", None, "Timed calls per measurement (at most; see --time_budget_s).")
 flags.DEFINE_integer("warmup", None, "Discarded calls before timing.")
-flags.DEFINE_float("time_budget_s", 20.0, "Fewer repeats (but at least 3) when one call takes "
-                   "longer than this budget divided by --repeats.")
+flags.DEFINE_float("time_budget_s", 30.0, "Fewer repeats (but at least 3) when one round of "
+                   "calls (every implementation once) takes longer than this budget divided "
+                   "by --repeats.")
 flags.DEFINE_float("memory_limit_gb", None, "Skip a program whose compiled memory exceeds this; "
                    "default: 90% of the accelerator's memory, or half the available RAM on CPU.")
 flags.DEFINE_float("peak_tflops", None, "Dense peak TFLOP/s for %-of-peak where the built-in "
@@ -344,11 +345,6 @@ def _program(kernel: Kernel, mode: str):
   return jax.grad(loss, argnums=(0, 1, 2))
 
 
-def _reference_program(case: Case, mode: str):
-  mask = masks.causal(case.seq_len) if case.causal else None
-  return _program(Kernel(lambda q, k, v: bm.naive_attention(q, k, v, mask)), mode)
-
-
 def _inputs(case: Case, seed: int):
   keys = jax.random.split(jax.random.PRNGKey(seed), 4)
   shape = (case.batch, case.heads, case.seq_len, case.head_dim)
@@ -413,65 +409,50 @@ def _repeats_for(first_call_s: float, repeats: int, budget_s: float) -> int:
   return max(3, min(repeats, int(budget_s / first_call_s)))
 
 
-def run_kernel(impl: str, kernel: Kernel, case: Case, inputs, reference, settings: Settings,
-               limit_bytes: int, peak: float | None) -> dict[str, Any]:
-  """Verify `kernel` against `reference`, then time it; returns the result fields.
+def prepare_kernel(impl: str, kernel: Kernel, case: Case, inputs, reference,
+                   limit_bytes: int) -> tuple[dict[str, Any], Callable[[], Any] | None, float]:
+  """Compiles `kernel` and checks it against `reference`.
 
-  Never times a kernel that disagrees with the reference (status 'refused').
-  `reference=None` means the kernel was verified beforehand on a smaller case
-  (`verify_kernel`), because the reference did not fit at this one.
+  Returns `(fields, call, first_call_s)`: `call()` runs one blocking call, and
+  is None when the kernel must not be timed (fields then carry status and
+  reason: 'refused' for a kernel that disagrees with the reference, 'skipped'
+  for one that does not compile or does not fit). `reference=None` means the
+  kernel was verified beforehand on a smaller case (`verify_kernel`).
   """
   q, k, v, cot = inputs
   rtol = bm.default_tolerance(case.dtype)
-  row: dict[str, Any] = {}
+  fields: dict[str, Any] = {}
   if kernel.torch:
     run, as_numpy = _torch_runner(case, q, k, v, cot)
     start = time.perf_counter()
     outputs = as_numpy(run())
     first = time.perf_counter() - start
-    try:
-      if reference is not None:
-        row["max_abs_err"] = bm.verify_close(outputs, reference, rtol=rtol, name=impl)
-    except bm.KernelMismatchError as e:
-      return {**row, "status": "refused", "reason": str(e)}
-    timing = bm.time_callable(run, warmup=settings.warmup,
-                              repeats=_repeats_for(first, settings.repeats, FLAGS.time_budget_s))
-    memory = {"temp_bytes": None, "argument_bytes": None, "output_bytes": None,
-              "peak_bytes": None}
-    compile_s = None
+    fields.update(temp_bytes=None, argument_bytes=None, output_bytes=None, peak_bytes=None)
+    call = run
   else:
     args = tuple(_to_layout(x, kernel.layout) for x in (q, k, v, cot))
     try:
-      compiled, compile_s = bm.compile_fn(_program(kernel, case.mode), *args)
+      compiled, fields["compile_s"] = bm.compile_fn(_program(kernel, case.mode), *args)
     except Exception as e:  # pylint: disable=broad-except
-      return {"status": "skipped", "reason": f"does not compile: {type(e).__name__}: "
-                                             f"{str(e).splitlines()[0][:300]}"}
-    memory = bm.memory_stats(compiled)
-    row.update(memory)
-    row["compile_s"] = compile_s
-    if _compiled_bytes(memory) > limit_bytes:
-      return {**row, "status": "skipped",
-              "reason": f"compiled memory {_compiled_bytes(memory) / 2 ** 30:.2f} GiB exceeds "
-                        f"the limit {limit_bytes / 2 ** 30:.2f} GiB"}
+      return ({"status": "skipped", "reason": f"does not compile: {type(e).__name__}: "
+                                              f"{str(e).splitlines()[0][:300]}"}, None, 0.0)
+    fields.update(bm.memory_stats(compiled))
+    if _compiled_bytes(fields) > limit_bytes:
+      return ({**fields, "status": "skipped",
+               "reason": f"compiled memory {_compiled_bytes(fields) / 2 ** 30:.2f} GiB exceeds "
+                         f"the limit {limit_bytes / 2 ** 30:.2f} GiB"}, None, 0.0)
     start = time.perf_counter()
     outputs = jax.block_until_ready(compiled(*args))
     first = time.perf_counter() - start
     if kernel.layout == "bthd":
       outputs = jax.tree.map(lambda x: jnp.swapaxes(x, 1, 2), outputs)
+    call = functools.partial(compiled, *args)
+  if reference is not None:
     try:
-      if reference is not None:
-        row["max_abs_err"] = bm.verify_close(outputs, reference, rtol=rtol, name=impl)
+      fields["max_abs_err"] = bm.verify_close(outputs, reference, rtol=rtol, name=impl)
     except bm.KernelMismatchError as e:
-      return {**row, "status": "refused", "reason": str(e)}
-    del outputs
-    timing = bm.time_compiled(compiled, *args, warmup=settings.warmup,
-                              repeats=_repeats_for(first, settings.repeats, FLAGS.time_budget_s))
-    row["peak_device_bytes"] = bm.peak_device_memory()
-  tflops = case.flops / timing.median_s / 1e12
-  row.update(status="ok", time_median_s=timing.median_s, time_min_s=timing.min_s,
-             time_max_s=timing.max_s, time_iqr_s=timing.iqr_s, repeats=timing.repeats,
-             tflops=tflops, pct_peak=None if not peak else 100 * tflops / peak)
-  return row
+      return {**fields, "status": "refused", "reason": str(e)}, None, first
+  return fields, call, first
 
 
 def verify_kernel(impl: str, kernel: Kernel, case: Case, inputs, reference) -> float:
@@ -497,6 +478,12 @@ def kernel_cases(settings: Settings):
 
 
 def run_kernels_suite(settings: Settings, write: Callable[[dict], None]) -> None:
+  """Per case: compile and verify every implementation, then time them interleaved.
+
+  Interleaving (one call of each implementation per round, the order rotating)
+  spreads any load from other processes over all of them alike, so their
+  ratios stay fair on a shared machine.
+  """
   limit = memory_limit_bytes()
   device_kind = jax.devices()[0].device_kind
   for case in kernel_cases(settings):
@@ -527,6 +514,7 @@ def run_kernels_suite(settings: Settings, write: Callable[[dict], None]) -> None
       references[score] = "the naive reference does not fit in memory even at B = H = 1"
       return references[score]
 
+    ready = {}  # impl -> (fields, call, first call seconds)
     for impl in settings.impls:
       row = {**base, "impl": impl}
       if impl == "additive" and case.seq_len > settings.additive_max_len:
@@ -544,10 +532,12 @@ def run_kernels_suite(settings: Settings, write: Callable[[dict], None]) -> None
                                                                   "not timed"})
         continue
       at, at_inputs, expected = reference
+      extra = {}
       if at != case:  # verify on one batch element and head, then time the full case
         try:
-          err = verify_kernel(impl, build_kernel(impl, at, params, FLAGS.library_implementation),
-                              at, at_inputs, expected)
+          extra = {"max_abs_err": verify_kernel(
+              impl, build_kernel(impl, at, params, FLAGS.library_implementation), at,
+              at_inputs, expected), "verified_at": "B=1, H=1"}
         except bm.KernelMismatchError as e:
           write({**row, "status": "refused", "reason": f"at B = H = 1: {e}"})
           continue
@@ -555,11 +545,25 @@ def run_kernels_suite(settings: Settings, write: Callable[[dict], None]) -> None
           write({**row, "status": "skipped", "reason": f"verification at B = H = 1 failed: "
                                                        f"{type(e).__name__}: {str(e)[:200]}"})
           continue
-        result = run_kernel(impl, kernel, case, inputs, None, settings, limit, peak)
-        result.update(max_abs_err=err, verified_at="B=1, H=1")
-      else:
-        result = run_kernel(impl, kernel, case, inputs, expected, settings, limit, peak)
-      write({**row, **result})
+        expected = None
+      fields, call, first = prepare_kernel(impl, kernel, case, inputs, expected, limit)
+      if call is None:
+        write({**row, **fields})
+        continue
+      ready[impl] = ({**row, **fields, **extra}, call, first)
+    if not ready:
+      continue
+    repeats = _repeats_for(sum(first for _, _, first in ready.values()), settings.repeats,
+                           FLAGS.time_budget_s)
+    timings = bm.time_interleaved({impl: call for impl, (_, call, _) in ready.items()},
+                                  warmup=settings.warmup, repeats=repeats)
+    device_peak = bm.peak_device_memory()
+    for impl, (row, _, _) in ready.items():
+      timing = timings[impl]
+      tflops = case.flops / timing.median_s / 1e12
+      write({**row, "status": "ok", **_timing_fields(timing), "tflops": tflops,
+             "pct_peak": None if not peak else 100 * tflops / peak,
+             "peak_device_bytes": None if row.get("impl") == "torch" else device_peak})
 
 
 def _naive_score_attention(q, k, v, *, score, params, mask):

@@ -73,6 +73,20 @@ def test_time_compiled_waits_for_the_device():
   assert t_big > 5 * t_small
 
 
+def test_time_interleaved_alternates_and_rotates():
+  order = []
+  calls = {name: (lambda name=name: order.append(name) or jnp.zeros(1)) for name in "abc"}
+  timings = bm.time_interleaved(calls, warmup=1, repeats=3)
+  assert order[:3] == ["a", "b", "c"]  # one warm-up call each
+  assert order[3:] == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]  # rounds, rotated
+  assert {n: t.repeats for n, t in timings.items()} == {"a": 3, "b": 3, "c": 3}
+  slow = bm.time_interleaved({"slow": lambda: time.sleep(0.003), "fast": lambda: None},
+                             warmup=0, repeats=3)
+  assert slow["slow"].min_s >= 0.003 > slow["fast"].max_s
+  with pytest.raises(ValueError, match="`calls`"):
+    bm.time_interleaved({}, repeats=2)
+
+
 def test_compile_fn_and_memory_stats():
   x = jnp.ones((32, 16), jnp.float32)
   compiled, seconds = bm.compile_fn(lambda x: jnp.exp(x) @ x.T, x)

@@ -81,11 +81,11 @@ from attention_jax import benchmarking as bm
 import attention_jax as aj
 
 timed = []
-original_time = bm.time_compiled
-def spy(compiled, *args, **kw):
-  timed.append(compiled)
-  return original_time(compiled, *args, **kw)
-bm.time_compiled = spy
+original_time = bm.time_interleaved
+def spy(calls, **kw):
+  timed.extend(calls)
+  return original_time(calls, **kw)
+bm.time_interleaved = spy
 
 original_build = benchmark.build_kernel
 def build(impl, case, params, library_implementation):
@@ -97,7 +97,7 @@ benchmark._score_of = lambda impl: "scaled_dot"
 
 def main(argv):
   benchmark.main(argv)
-  print("TIMED", len(timed))
+  print("TIMED", sorted(timed))
 app.run(main, argv=sys.argv)
 """
 
@@ -113,7 +113,7 @@ def test_wrong_kernel_is_refused_and_missing_torch_is_skipped(tmp_path):
   assert "time_median_s" not in rows["dot"]
   assert rows["scaled_dot"]["status"] == "ok"
   assert rows["torch"]["status"] == "skipped" and "PyTorch is not installed" in rows["torch"]["reason"]
-  assert "TIMED 1" in proc.stdout  # only the correct kernel reached the timer
+  assert "TIMED ['scaled_dot']" in proc.stdout  # only the correct kernel reached the timer
 
 
 @pytest.mark.parametrize("flag,needle", [
