@@ -138,24 +138,26 @@ def test_each_search_traces_its_step_once_per_shape():
 # -- real models ---------------------------------------------------------------
 
 
-def reference_beam_search(model, src_row, beam_size, alpha, max_len_a, max_len_b):
+def make_scorer(model, length):
+  """Teacher-forced logits `[L, V]` for one source row and one padded target."""
+  graphdef, state = nnx.split(model)
+  return jax.jit(lambda src_row, tgt_in: nnx.merge(graphdef, state)(
+      src_row[None], tgt_in[None])[0][0])
+
+
+def reference_beam_search(model, scorer, src_row, beam_size, alpha, max_len_a, max_len_b):
   """Pure-Python beam search with the same rules, scoring each prefix with a
   full teacher-forced forward pass (no cache, no carried state)."""
   cfg = model.config
   src_len = int(np.sum(src_row != cfg.pad_id))
   length = math.ceil(max_len_a * src_row.shape[0] + max_len_b)
   limit = min(int(math.floor(max_len_a * src_len + max_len_b)), length)
-  graphdef, state = nnx.split(model)
-
-  @jax.jit
-  def forward(tgt_in):
-    return nnx.merge(graphdef, state)(src_row[None], tgt_in[None])[0][0]  # [L, V]
 
   def next_logp(prefix):  # <pad> and <sos> are banned: renormalise over the rest
     tgt_in = np.zeros(length, np.int32)
     tgt_in[0] = cfg.sos_id
     tgt_in[1:len(prefix) + 1] = prefix
-    logits = np.asarray(forward(tgt_in)[len(prefix)], np.float64)
+    logits = np.asarray(scorer(src_row, tgt_in)[len(prefix)], np.float64)
     logits[[cfg.pad_id, cfg.sos_id]] = -np.inf
     return logits - np.log(np.sum(np.exp(logits - logits.max()))) - logits.max()
 
@@ -182,16 +184,19 @@ def reference_beam_search(model, src_row, beam_size, alpha, max_len_a, max_len_b
 
 
 @pytest.mark.parametrize("name", list(MODELS))
-@pytest.mark.parametrize("beam_size, alpha", [(1, 0.6), (3, 0.6)])
-def test_beam_search_matches_a_python_reference(name, beam_size, alpha):
+def test_beam_search_matches_a_python_reference(name):
   model = MODELS[name]()
-  out = decoding.jit_beam_search(model, SRC, beam_size=beam_size, length_penalty=alpha,
-                                 max_len_a=1.0, max_len_b=3)
-  for b in range(SRC.shape[0]):
-    want = reference_beam_search(model, SRC[b], beam_size, alpha, 1.0, 3)
-    np.testing.assert_array_equal(out[b], want)
-  if name == "rnn":  # the biased <eos> ends at least one hypothesis early
-    assert np.any((np.asarray(out) != 0).sum(1) < (SRC != 0).sum(1) + 3)
+  scorer = make_scorer(model, math.ceil(SRC.shape[1] + 3))
+  lengths = []
+  for beam_size, alpha in ((1, 0.6), (3, 0.6), (3, 0.0)):
+    out = decoding.jit_beam_search(model, SRC, beam_size=beam_size, length_penalty=alpha,
+                                   max_len_a=1.0, max_len_b=3)
+    for b in range(SRC.shape[0]):
+      want = reference_beam_search(model, scorer, SRC[b], beam_size, alpha, 1.0, 3)
+      np.testing.assert_array_equal(out[b], want, err_msg=f"K={beam_size} alpha={alpha} b={b}")
+    lengths.append((np.asarray(out) != 0).sum(1))
+  if name == "rnn":  # the biased <eos> ends some hypotheses early
+    assert np.any(np.concatenate(lengths) < np.tile((SRC != 0).sum(1) + 3, 3))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
@@ -263,3 +268,12 @@ def test_bad_arguments_raise_named_errors():
   with pytest.raises(ValueError, match="return_attention=True needs a model with attention"):
     decoding.greedy(no_attention, SRC, return_attention=True)
   assert decoding.jit_greedy(no_attention, SRC).shape == (3, 19)
+
+
+@pytest.mark.parametrize("shape,k", [((5, 8000), 8), ((3, 7), 2), ((4, 1001), 6), ((2, 3, 97), 4)])
+def test_two_stage_top_k_equals_lax_top_k(shape, k):
+  from attention_jax.decoding import _top_k
+  x = jax.random.normal(jax.random.PRNGKey(1), shape)
+  want, got = jax.lax.top_k(x, k), jax.jit(_top_k, static_argnums=1)(x, k)
+  np.testing.assert_array_equal(np.asarray(want[0]), np.asarray(got[0]))
+  np.testing.assert_array_equal(np.asarray(want[1]), np.asarray(got[1]))

@@ -115,7 +115,7 @@ def decoder_input(tgt: np.ndarray, sos_id: int, pad_id: int) -> np.ndarray:
 class GroupResult:
   """What one finished (arm, dim) configuration produced, per seed."""
   rows: list[dict[str, Any]]
-  attention: dict[str, Any] | None  # one test sentence's alignment, for plots
+  attention: dict[str, Any] | None  # one test sentence's alignment (seed 0), for plots
 
 
 class EnsembleTrainer:
@@ -148,7 +148,9 @@ class EnsembleTrainer:
           (self.params, self.rest, self.opt_state), replicated)
     self._train_step = self._build_train_step()
     self._diag_step = self._build_diag_step()
-    self._decode = self._build_decode()
+    self._decode = self._build_decode(return_attention=False)
+    # Carrying attention rows through the beam costs time: only for heat maps.
+    self._decode_attention = self._build_decode(return_attention=True)
 
   # --- compiled functions -------------------------------------------------
 
@@ -203,15 +205,16 @@ class EnsembleTrainer:
 
     return jax.jit(jax.vmap(member, in_axes=(0, 0, None, None, None)))
 
-  def _build_decode(self):
+  def _build_decode(self, return_attention: bool):
     cfg = self.cfg
 
     def member(params, rest, src):
       model = nnx.merge(self.graphdef, params, rest)
       if cfg.beam_size == 1:
-        return decoding.greedy(model, src, return_attention=True)
+        return decoding.greedy(model, src, return_attention=return_attention)
       return decoding.beam_search(model, src, beam_size=cfg.beam_size,
-                                  length_penalty=cfg.length_penalty, return_attention=True)
+                                  length_penalty=cfg.length_penalty,
+                                  return_attention=return_attention)
 
     return jax.jit(jax.vmap(member, in_axes=(0, 0, None)))
 
@@ -243,32 +246,38 @@ class EnsembleTrainer:
   def translate(self, params, split: str, limit: int):
     """Beam-search translations of the first `limit` examples of a split.
 
-    Returns `(hypotheses [E][N] str, references [N] str, attention)` where
-    `attention` holds the source/hypothesis tokens and weights of example 0.
+    Returns `(hypotheses [E][N] str, references [N] str)`.
     """
     sources, references = self.data.texts(split)
     n = len(sources) if not limit else min(limit, len(sources))
     hyps = [[""] * n for _ in self.seeds]
-    first = None
     for batch in self.data.batches(split, self.cfg.batch_size, shuffle=False, repeat=False,
                                    limit=n):
       (src,) = self._put(batch.src)
-      tokens, weights = self._decode(params, self.rest, src)  # [E, B, L], [E, B, L, S]
-      tokens = np.asarray(tokens)
+      tokens = np.asarray(self._decode(params, self.rest, src))  # [E, B, L]
       for row, index in enumerate(batch.index):
-        if index < 0:
-          continue
-        for e in range(len(self.seeds)):
-          hyps[e][index] = self.tok.decode(tokens[e, row].tolist())
-        if index == 0:
-          first = {"src": batch.src[row], "hyp": tokens[0, row],
-                   "weights": np.asarray(weights[0, row], np.float32)}
-    return hyps, references[:n], first
+        if index >= 0:
+          for e in range(len(self.seeds)):
+            hyps[e][index] = self.tok.decode(tokens[e, row].tolist())
+    return hyps, references[:n]
 
-  def bleu(self, params, split: str, limit: int):
-    hyps, refs, first = self.translate(params, split, limit)
-    scores = [sacrebleu.corpus_bleu(h, [refs]).score for h in hyps]
-    return np.asarray(scores), hyps, first
+  def bleu(self, params, split: str, limit: int) -> np.ndarray:
+    """Corpus BLEU (sacrebleu, detokenised text) per member, `[E]`."""
+    hyps, refs = self.translate(params, split, limit)
+    return np.asarray([sacrebleu.corpus_bleu(h, [refs]).score for h in hyps])
+
+  def alignment(self, params, split: str = "test") -> dict[str, Any]:
+    """Member 0's tokens and cross-attention weights for example 0 of `split`
+    (None for the decoders without attention)."""
+    if getattr(self.model_config, "decoder", "luong").startswith("none_"):
+      return None
+    batch = next(self.data.batches(split, 1, shuffle=False, repeat=False, limit=1))
+    src = jnp.asarray(batch.src)
+    if self.mesh is not None:  # one sentence: replicated, not split over devices
+      src = jax.device_put(src, NamedSharding(self.mesh, P()))
+    tokens, weights = self._decode_attention(params, self.rest, src)  # [E, 1, L], [E, 1, L, S]
+    return {"src": self._pieces(batch.src[0]), "hyp": self._pieces(np.asarray(tokens)[0, 0]),
+            "weights": np.asarray(weights[0, 0], np.float32)}
 
   def diagnose(self, batch) -> dict[str, np.ndarray]:
     src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
@@ -340,7 +349,7 @@ class EnsembleTrainer:
           metrics.append({"step": step, "seed": seed, "loss": float(loss[e]),
                           **{k: _num(v[e]) for k, v in stats.items()}})
       if step % cfg.eval_every == 0 or step == cfg.steps:
-        scores, _, _ = self.bleu(self.params, "validation", cfg.eval_examples)
+        scores = self.bleu(self.params, "validation", cfg.eval_examples)
         better = scores > self.best_bleu
         self.best_bleu = np.where(better, scores, self.best_bleu)
         self.best_step = np.where(better, step, self.best_step)
@@ -361,7 +370,7 @@ class EnsembleTrainer:
               "checkpoint saved, re-run the same command to resume")
           return None
 
-    test_scores, _, first = self.bleu(self.best_params, "test", cfg.test_examples)
+    test_scores = self.bleu(self.best_params, "test", cfg.test_examples)
     final = self.diagnose(diag_batch)
     rows = []
     for e, seed in enumerate(self.seeds):
@@ -373,10 +382,7 @@ class EnsembleTrainer:
           "test_bleu": round(float(test_scores[e]), 4),
           "diagnostics": {k: _num(v[e]) for k, v in final.items()},
       })
-    attention = None
-    if first is not None:
-      attention = {"src": self._pieces(first["src"]), "hyp": self._pieces(first["hyp"]),
-                   "weights": first["weights"]}
+    attention = self.alignment(self.best_params, "test")
     return GroupResult(rows=rows, attention=attention)
 
   def _pieces(self, ids) -> list[str]:
