@@ -357,7 +357,7 @@ def _torch_runner(case: Case, q, k, v, cot):
   torch.set_num_threads(bm.machine_description()["cpu_cores"])
   tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16,
             "float16": torch.float16}[case.dtype]
-  to_t = lambda x: torch.from_numpy(np.asarray(x, np.float32)).to(tdtype)
+  to_t = lambda x: torch.from_numpy(np.array(x, np.float32)).to(tdtype)  # a writable copy
   tq, tk, tv, tcot = (to_t(x) for x in (q, k, v, cot))
   sdpa = torch.nn.functional.scaled_dot_product_attention
   if case.mode == "fwd":
