@@ -50,8 +50,10 @@ def create_ensemble(model_cls, config, seeds: Sequence[int]):
     with `jax.vmap(lambda st, *a: nnx.merge(graphdef, st)(*a), in_axes=(0, ...))`.
   """
   seeds = np.asarray(seeds)
-  if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
-    raise ValueError(f"`seeds` must be a non-empty 1-D sequence of ints, got {seeds!r}.")
+  if (seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer)
+      or np.any(seeds < 0) or np.any(seeds >= 2 ** 32)):
+    raise ValueError(
+        f"`seeds` must be a non-empty 1-D sequence of ints in [0, 2**32), got {seeds!r}.")
   # The graph definition without computing any parameter.
   graphdef, _ = nnx.split(nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0))))
 

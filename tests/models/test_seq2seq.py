@@ -222,13 +222,17 @@ def test_bfloat16_compute_is_close_to_float32():
 def test_dropout_uses_the_rngs_given_at_call_time():
   model = model_of(small())
   det, _ = forward(model, SRC, TGT_IN)
-  a, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=0))
-  b, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=0))
-  c, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=1))
-  np.testing.assert_array_equal(a, b)
-  assert float(jnp.max(jnp.abs(a - det))) > 1e-4 and float(jnp.max(jnp.abs(a - c))) > 1e-4
   with pytest.raises(ValueError, match="rngs"):
     forward(model, SRC, TGT_IN, deterministic=False)
+  k0, k1 = jax.random.split(jax.random.key(0))
+  a, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=k0))
+  b, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=k0))
+  c, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=nnx.Rngs(dropout=k1))
+  d, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=k1)  # a bare key works too
+  e, _ = forward(model, SRC, TGT_IN, deterministic=False, rngs=k1)
+  np.testing.assert_array_equal(a, b)
+  np.testing.assert_array_equal(d, e)
+  assert float(jnp.max(jnp.abs(a - det))) > 1e-4 and float(jnp.max(jnp.abs(a - c))) > 1e-4
 
 
 def test_score_offset_gradient_flows_through_the_scan():
