@@ -24,11 +24,11 @@ __all__ = ["attend", "attention", "compute_scores", "IMPLEMENTATIONS"]
 IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
 
 # On CPUs `auto` takes `blockwise` from this many keys on, `plain` below it.
-# Measured (experiments/benchmark.py, 2-core Xeon, float32, D = 64): from
-# Tk = 256 on, blockwise forward+backward is 1.2-2.3x faster than plain at every
-# batch and head count tried; at Tk <= 128 plain is faster (the tiles are too
-# small to amortise the loop). jax.nn.dot_product_attention('xla') was slower
-# than plain at every shape tried on CPU, so `auto` does not use it there.
+# Measured on a 2-core Xeon (float32, D = 64, H = 8, B = 2...32, forward +
+# backward): Tk = 256 is the break-even point (-4%...+11%), blockwise is ~1.5x
+# faster at 384 and ~2-3.5x at 512-1024, plain is faster at Tk <= 128 (tiles
+# too small to amortise the loop). jax.nn.dot_product_attention('xla') was
+# slower than plain at every shape tried on CPU, so `auto` does not use it there.
 _BLOCKWISE_MIN_KEYS = 256
 
 
@@ -182,11 +182,12 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
       (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
       the fused kernel for `dot` / `scaled_dot` when weights are not requested
       and dq == dk == dv (it picks cuDNN flash attention on GPUs), else
-      `plain`; on CPUs, where the fused XLA kernel is slower than `plain`, the
-      dot-product case takes `blockwise` from Tk = 256 keys on and `plain`
-      below. `blockwise` (`blockwise.dot_product_attention`, a tiled kernel
-      with its own backward) serves `dot`, `scaled_dot`, `general` and
-      `cosine` with a scalar or per-query `beta`, without return_weights.
+      `plain`. On CPUs, where the fused XLA kernel is slower than `plain`,
+      every score `blockwise` serves takes it from Tk = 256 keys on, and the
+      rest takes `plain`. `blockwise` (`blockwise.dot_product_attention`, a
+      tiled kernel with its own backward) serves `dot`, `scaled_dot`,
+      `general` and `cosine` with a scalar or per-query `beta`, without
+      return_weights.
     return_weights: also return the float32 weights (forces `plain`).
 
   Returns:
@@ -214,16 +215,18 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   _validate.broadcast_shapes({"query/keys (leading axes)": scores.shape[:-2],
                               "values (leading axes)": values.shape[:-2]})
   mask = _check_mask(mask, scores.shape)
-  operands = (None if return_weights or implementation not in ("auto", "blockwise")
-              else _blockwise_operands(score, query, keys, params))
+  on_cpu_auto = implementation == "auto" and jax.default_backend() == "cpu"
+  wants_blockwise = implementation == "blockwise" or (
+      on_cpu_auto and keys.shape[-2] >= _BLOCKWISE_MIN_KEYS)
+  operands = (_blockwise_operands(score, query, keys, params)
+              if wants_blockwise and not return_weights else None)
   if implementation == "blockwise" and operands is None:
     raise ValueError(
         "`implementation='blockwise'` supports scores 'dot', 'scaled_dot', 'general' "
         "and 'cosine' (beta scalar or [..., Tq, 1]) without return_weights; got "
         f"score={score!r}, q {tuple(query.shape)}, k {tuple(keys.shape)}, "
         f"return_weights={return_weights}.")
-  on_cpu_auto = implementation == "auto" and fusable and jax.default_backend() == "cpu"
-  if implementation == "blockwise" or (on_cpu_auto and keys.shape[-2] >= _BLOCKWISE_MIN_KEYS):
+  if operands is not None:
     q, k, scale = operands
     return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
   if fusable and implementation != "plain" and not on_cpu_auto:
