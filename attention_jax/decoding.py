@@ -155,6 +155,9 @@ def _top_k(x, k):
   blocks = padded.reshape(x.shape[:-1] + (m, block))  # [..., m, block]
   kb = min(k, m)
   _, best_blocks = jax.lax.top_k(jnp.max(blocks, axis=-1), kb)  # [..., kb]
+  # In index order, so that ties resolve to the lower index as in `top_k`
+  # (beam width 1 must pick exactly greedy's argmax).
+  best_blocks = jnp.sort(best_blocks, axis=-1)
   cand = jnp.take_along_axis(blocks, best_blocks[..., None], axis=-2)  # [..., kb, block]
   values, j = jax.lax.top_k(cand.reshape(x.shape[:-1] + (kb * block,)), k)
   index = jnp.take_along_axis(best_blocks, j // block, axis=-1) * block + j % block
