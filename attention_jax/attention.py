@@ -110,6 +110,20 @@ def compute_scores(score: str, query, keys, params: Mapping[str, Any] | None = N
   return scores_lib.cosine(query, keys, params.get("beta", 1.0))
 
 
+def _cudnn_applies(q, mask) -> bool:
+  """Whether `auto` asks jax.nn for cuDNN flash attention (`q [B, T, H, d]`).
+
+  jax.nn.dot_product_attention's own default (`implementation=None`) is XLA's
+  unfused attention on every backend, so `auto` names cuDNN itself on NVIDIA
+  GPUs, for the inputs its flash kernel takes: float16 / bfloat16, head size
+  a multiple of 8 up to 128, and no mask (masks would reach cuDNN as a dense
+  bias). Everything else keeps the XLA kernel.
+  """
+  return (jax.default_backend() == "gpu" and mask is None
+          and q.dtype in (jnp.bfloat16, jnp.float16)
+          and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128)
+
+
 def _fused(query, keys, values, mask, scale, implementation):
   """`jax.nn.dot_product_attention` on `[..., T, d]` inputs (any leading axes)."""
   lead = jnp.broadcast_shapes(query.shape[:-2], keys.shape[:-2], values.shape[:-2])
@@ -126,10 +140,25 @@ def _fused(query, keys, values, mask, scale, implementation):
   q, k, v = to_bthd(query), to_bthd(keys), to_bthd(values)
   m = None
   if mask is not None:
-    m = jnp.broadcast_to(mask, lead + (tq, tk)).reshape((-1, heads, tq, tk))
-  out = jax.nn.dot_product_attention(
-      q, k, v, mask=m, scale=scale,
-      implementation=None if implementation == "auto" else implementation)
+    # [B or 1, H or 1, Tq or 1, Tk or 1]: broadcast axes stay size 1, so a
+    # causal [T, T] mask is not copied B·H times (16 GiB at B·H = 64, T = 16k).
+    m = jnp.asarray(mask)
+    m = m.reshape((1,) * (len(lead) + 2 - m.ndim) + m.shape)
+    head_m = m.shape[-3] if len(lead) >= 2 else 1
+    batch_m = m.shape[:len(batch)]
+    if any(s != 1 for s in batch_m):
+      m = jnp.broadcast_to(m, batch + m.shape[len(batch):])
+    m = m.reshape((-1 if batch_m else 1, head_m) + m.shape[-2:])
+  out = None
+  if implementation == "auto" and _cudnn_applies(q, m):
+    try:
+      out = jax.nn.dot_product_attention(q, k, v, scale=scale, implementation="cudnn")
+    except (NotImplementedError, ValueError, RuntimeError):  # e.g. cuDNN too old
+      out = None
+  if out is None:
+    out = jax.nn.dot_product_attention(
+        q, k, v, mask=m, scale=scale,
+        implementation=None if implementation == "auto" else implementation)
   out = jnp.swapaxes(out, 1, 2).reshape(lead + (tq, values.shape[-1]))  # [..., Tq, dv]
   if mask is not None:  # same convention as `attend`: no valid key -> zero context
     out = out * jnp.any(mask, axis=-1, keepdims=True).astype(out.dtype)
@@ -181,7 +210,8 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     implementation: `plain` (scores + `attend`), `xla` / `cudnn`
       (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
       the fused kernel for `dot` / `scaled_dot` when weights are not requested
-      and dq == dk == dv (it picks cuDNN flash attention on GPUs), else
+      and dq == dk == dv (cuDNN flash attention on NVIDIA GPUs for unmasked
+      float16/bfloat16 inputs with head size <= 128, else XLA's), else
       `plain`. On CPUs, where the fused XLA kernel is slower than `plain`,
       every score `blockwise` serves takes it from Tk = 256 keys on, and the
       rest takes `plain`. `blockwise` (`blockwise.dot_product_attention`, a

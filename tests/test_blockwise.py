@@ -1,5 +1,6 @@
 """Tests for attention_jax/blockwise.py and the `blockwise` / CPU `auto` paths of `attention`."""
 
+import importlib
 import math
 
 import jax
@@ -218,3 +219,37 @@ def test_bad_input_is_named(raises_at_trace):
   raises_at_trace(lambda q: f(q, q, q, streams=1.5), (z(2, 5, 4),), TypeError, "`streams`")
   raises_at_trace(lambda q: f(q, q, q), (np.zeros((2, 5, 4), np.int32),), TypeError,
                   "floating")
+
+
+# --- the fused (jax.nn) path's mask handling and cuDNN choice, edited alongside ---
+
+
+@pytest.mark.parametrize("lead,mask_shape", [
+    ((2, 3), (5, 6)),  # causal-like [Tq, Tk]
+    ((2, 3), (2, 1, 1, 6)),  # key padding
+    ((2, 3), (2, 3, 5, 6)),  # full
+    ((4, 2, 3), (2, 1, 5, 1)),  # several batch axes, mask constant over keys
+    ((3,), (3, 5, 6)),  # no head axis
+    ((), (5, 6)),  # unbatched
+])
+def test_fused_path_with_broadcast_masks_matches_plain(lead, mask_shape):
+  rng = np.random.default_rng(8)
+  q, k, v = _normal(rng, lead + (5, 8)), _normal(rng, lead + (6, 8)), _normal(rng, lead + (6, 8))
+  mask = jnp.asarray(rng.random(mask_shape) < 0.6)
+  run = jax.jit(lambda q, k, v, impl: aj.attention(q, k, v, mask=mask, implementation=impl),
+                static_argnums=3)
+  np.testing.assert_allclose(run(q, k, v, "xla"), run(q, k, v, "plain"), rtol=1e-5, atol=1e-5)
+
+
+def test_cudnn_is_chosen_only_where_its_flash_kernel_applies(monkeypatch):
+  # The package exports the function `attention`, which hides the module of that name.
+  attention_lib = importlib.import_module("attention_jax.attention")
+  q = lambda d, dtype: jnp.zeros((1, 4, 2, d), dtype)
+  assert not attention_lib._cudnn_applies(q(64, jnp.bfloat16), None)  # this is a CPU
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  assert attention_lib._cudnn_applies(q(64, jnp.bfloat16), None)
+  assert attention_lib._cudnn_applies(q(128, jnp.float16), None)
+  assert not attention_lib._cudnn_applies(q(64, jnp.float32), None)
+  assert not attention_lib._cudnn_applies(q(160, jnp.bfloat16), None)
+  assert not attention_lib._cudnn_applies(q(60, jnp.bfloat16), None)
+  assert not attention_lib._cudnn_applies(q(64, jnp.bfloat16), jnp.ones((1, 1, 4, 4), bool))
