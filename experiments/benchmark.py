@@ -42,6 +42,14 @@ from typing import Any, Callable
 from absl import app
 from absl import flags
 from absl import logging
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import attention_jax as aj
+from attention_jax import benchmarking as bm
+from attention_jax import masks
+from attention_jax import scores as scores_lib
 
 FLAGS = flags.FLAGS
 
@@ -53,11 +61,12 @@ MODES = ("fwd", "fwd_bwd")
 DTYPES = ("float32", "bfloat16", "float16")
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # A few seconds on CPU: the unit tests run this.
+    # Every suite and implementation at toy sizes: a smoke run of seconds.
     "tiny": dict(suite="kernels,additive", impls=",".join(IMPLS), seq_lens="16,32",
                  head_dims="8", heads="2", batch="1", causal="false,true", dtypes="float32",
                  modes="fwd,fwd_bwd", repeats=3, warmup=1, additive_batch=2,
                  additive_dim=16, additive_seq_lens="8,16", additive_time_max_len=16,
+                 additive_max_len=32,
                  model_batch=4, model_seq_len=8, model_seeds=2, model_size="tiny"),
     # The README's CPU table: the issue's target shape and a modest sweep.
     "cpu": dict(suite="kernels,additive", impls=("scaled_dot,dot,general,cosine,additive,"
@@ -110,7 +119,7 @@ flags.DEFINE_integer("additive_dim", None, "Additive suite: attention size a (dq
 flags.DEFINE_string("additive_seq_lens", None, "Additive suite: lengths T for the memory curve.")
 flags.DEFINE_integer("additive_time_max_len", None, "Additive suite: time (not only compile) "
                      "the programs up to this length.")
-flags.DEFINE_integer("additive_max_len", 256, "Kernel suite: longest T for the `additive` impl "
+flags.DEFINE_integer("additive_max_len", None, "Kernel suite: longest T for the `additive` impl "
                      "(its [B, H, T, T, D] tanh work grows fastest).")
 flags.DEFINE_integer("model_batch", None, "Models suite: sentences per batch.")
 flags.DEFINE_integer("model_seq_len", None, "Models suite: source and target length.")
@@ -196,6 +205,7 @@ def settings_from_flags() -> Settings:
   preset = dict(PRESETS[FLAGS.preset])
   pick = lambda name: getattr(FLAGS, name) if getattr(FLAGS, name) is not None else preset.get(name)
   for name in ("repeats", "additive_batch", "additive_dim", "additive_time_max_len",
+               "additive_max_len",
                "model_batch", "model_seq_len", "model_seeds", "model_steps"):
     if pick(name) is None or int(pick(name)) < 1:
       _fail(f"`--{name}` must be a positive integer, got {pick(name)!r}.")
@@ -220,21 +230,10 @@ def settings_from_flags() -> Settings:
       additive_batch=int(pick("additive_batch")), additive_dim=int(pick("additive_dim")),
       additive_seq_lens=_list("additive_seq_lens", pick("additive_seq_lens"), int, minimum=1),
       additive_time_max_len=int(pick("additive_time_max_len")),
-      additive_max_len=int(pick("additive_max_len") or FLAGS.additive_max_len),
+      additive_max_len=int(pick("additive_max_len")),
       model_batch=int(pick("model_batch")), model_seq_len=int(pick("model_seq_len")),
       model_seeds=int(pick("model_seeds")), model_size=pick("model_size") or "small",
       models=_list("models", FLAGS.models, allowed=("rnn_seq2seq", "transformer")))
-
-
-# Heavy imports after the flag definitions, so `--help` and bad flags stay cheap.
-import jax  # pylint: disable=g-import-not-at-top,wrong-import-position
-import jax.numpy as jnp  # pylint: disable=g-import-not-at-top,wrong-import-position
-import numpy as np  # pylint: disable=g-import-not-at-top,wrong-import-position
-
-import attention_jax as aj  # pylint: disable=g-import-not-at-top,wrong-import-position
-from attention_jax import benchmarking as bm  # pylint: disable=g-import-not-at-top,wrong-import-position
-from attention_jax import masks  # pylint: disable=g-import-not-at-top,wrong-import-position
-from attention_jax import scores as scores_lib  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 
 # --- the kernels suite ---------------------------------------------------------------
@@ -776,7 +775,13 @@ def _fmt_bytes(n):
 def markdown_tables(rows: list[dict], machine: dict) -> str:
   """`benchmark.md`: the machine, then one table per suite."""
   lines = [f"Machine: {machine['cpu']} ({machine['cpu_cores']} cores), JAX "
-           f"{machine['jax_version']} on {machine['platform']} ({machine['device_kind']}).", ""]
+           f"{machine['jax_version']} on {machine['platform']} ({machine['device_kind']})."]
+  loads = [r["loadavg_1m"] for r in rows if r.get("loadavg_1m") is not None]
+  if loads:
+    lines.append(f"1-minute load average during the run: {min(loads):.1f}-{max(loads):.1f} "
+                 f"(this benchmark alone accounts for up to its thread count; more means "
+                 f"other processes shared the machine).")
+  lines.append("")
   kernels = [r for r in rows if r["suite"] == "kernels"]
   if kernels:
     lines += ["| impl | mode | dtype | B | H | T | D | causal | median | spread (IQR) | TFLOP/s "
@@ -933,7 +938,10 @@ def main(argv):
   with open(path, "w", encoding="utf-8") as f:
 
     def write(row):
-      row = {**row, **{k: machine[k] for k in ("platform", "device_kind", "cpu", "cpu_cores")}}
+      row = {**row, **{k: machine[k] for k in ("platform", "device_kind", "cpu", "cpu_cores")},
+             # Other processes' load shows here (this process adds up to its
+             # own thread count while it measures).
+             "loadavg_1m": os.getloadavg()[0]}
       rows.append(row)
       f.write(json.dumps(row) + "\n")
       f.flush()
