@@ -713,43 +713,47 @@ def run_models_suite(settings: Settings, write: Callable[[dict], None]) -> None:
     base = {"suite": "models", "model": name, "size": settings.model_size, "batch": b,
             "seq_len": t, "vocab": vocab, "params": models.count_params(params1),
             "steps_per_call": steps}
-    # One seed.
+    # Compile the three contenders, check that they train (finite losses), then
+    # time them interleaved so that load from other processes hits all alike.
     args1 = (params1, rest1, optimizer.init(params1), jax.random.PRNGKey(0))
     compiled1, compile1 = bm.compile_fn(train, *args1)
-    losses = np.asarray(compiled1(*args1)[2])
-    timing1 = bm.time_compiled(compiled1, *args1, warmup=1, repeats=repeats)
-    tps1 = tokens / timing1.median_s
-    write({**base, "impl": "1 seed", "seeds": 1, **_timing_fields(timing1),
-           "compile_s": compile1, "tokens_per_s": tps1, "final_loss": float(losses[-1]),
-           "status": "ok" if np.all(np.isfinite(losses)) else "refused",
-           **bm.memory_stats(compiled1)})
+    losses1 = np.asarray(compiled1(*args1)[2])
     # N sequential runs of the one-seed program (what N separate jobs would do).
-    seeds_args = [(jax.tree.map(lambda x, i=i: x[i], params_n), jax.tree.map(
-        lambda x, i=i: x[i], rest_n), None, jax.random.PRNGKey(i)) for i in range(n)]
-    seeds_args = [(p, r, optimizer.init(p), k) for p, r, _, k in seeds_args]
-    timing_seq = bm.time_callable(lambda: [compiled1(*a) for a in seeds_args], warmup=1,
-                                  repeats=repeats, sync=jax.block_until_ready)
-    tps_seq = tokens * n / timing_seq.median_s
-    write({**base, "impl": f"{n} seeds sequential", "seeds": n, **_timing_fields(timing_seq),
-           "tokens_per_s": tps_seq, "status": "ok"})
+    seeds_args = [(jax.tree.map(lambda x, i=i: x[i], params_n),
+                   jax.tree.map(lambda x, i=i: x[i], rest_n)) for i in range(n)]
+    seeds_args = [(p, r, optimizer.init(p), jax.random.PRNGKey(i))
+                  for i, (p, r) in enumerate(seeds_args)]
     # N seeds vmapped: one program trains N models.
-    vmapped = jax.vmap(train)
     args_n = (params_n, rest_n, jax.vmap(optimizer.init)(params_n),
               jax.random.split(jax.random.PRNGKey(1), n))
+    calls = {"1 seed": functools.partial(compiled1, *args1),
+             f"{n} seeds sequential": lambda: [compiled1(*a) for a in seeds_args]}
     try:
-      compiled_n, compile_n = bm.compile_fn(vmapped, *args_n)
-      losses_n = np.asarray(compiled_n(*args_n)[2])
-      timing_n = bm.time_compiled(compiled_n, *args_n, warmup=1, repeats=repeats)
+      compiled_n, compile_n = bm.compile_fn(jax.vmap(train), *args_n)
+      losses_n = np.asarray(compiled_n(*args_n)[2])  # [N, steps]
+      calls[f"{n} seeds vmapped"] = functools.partial(compiled_n, *args_n)
     except Exception as e:  # pylint: disable=broad-except
       write({**base, "impl": f"{n} seeds vmapped", "seeds": n, "status": "skipped",
              "reason": f"{type(e).__name__}: {str(e)[:300]}"})
-      continue
-    tps_n = tokens * n / timing_n.median_s
-    write({**base, "impl": f"{n} seeds vmapped", "seeds": n, **_timing_fields(timing_n),
-           "compile_s": compile_n, "tokens_per_s": tps_n, "final_loss": float(losses_n[:, -1].mean()),
-           "speedup_vs_one_seed": tps_n / tps1, "speedup_vs_sequential": tps_n / tps_seq,
-           "status": "ok" if np.all(np.isfinite(losses_n)) else "refused",
-           **bm.memory_stats(compiled_n)})
+    timings = bm.time_interleaved(calls, warmup=1, repeats=repeats)
+    tps1 = tokens / timings["1 seed"].median_s
+    write({**base, "impl": "1 seed", "seeds": 1, **_timing_fields(timings["1 seed"]),
+           "compile_s": compile1, "tokens_per_s": tps1, "final_loss": float(losses1[-1]),
+           "status": "ok" if np.all(np.isfinite(losses1)) else "refused",
+           **bm.memory_stats(compiled1)})
+    seq = timings[f"{n} seeds sequential"]
+    tps_seq = tokens * n / seq.median_s
+    write({**base, "impl": f"{n} seeds sequential", "seeds": n, **_timing_fields(seq),
+           "tokens_per_s": tps_seq, "speedup_vs_one_seed": tps_seq / tps1, "status": "ok"})
+    if f"{n} seeds vmapped" in timings:
+      vm = timings[f"{n} seeds vmapped"]
+      tps_n = tokens * n / vm.median_s
+      write({**base, "impl": f"{n} seeds vmapped", "seeds": n, **_timing_fields(vm),
+             "compile_s": compile_n, "tokens_per_s": tps_n,
+             "final_loss": float(losses_n[:, -1].mean()), "speedup_vs_one_seed": tps_n / tps1,
+             "speedup_vs_sequential": tps_n / tps_seq,
+             "status": "ok" if np.all(np.isfinite(losses_n)) else "refused",
+             **bm.memory_stats(compiled_n)})
 
 
 def _timing_fields(timing: bm.Timing) -> dict[str, Any]:
