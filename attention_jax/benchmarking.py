@@ -35,7 +35,8 @@ from attention_jax import _validate
 
 __all__ = [
     "attention_flops", "PEAK_TFLOPS", "dense_peak_tflops", "Timing", "compile_fn",
-    "time_compiled", "time_callable", "time_interleaved", "memory_stats", "peak_device_memory",
+    "time_compiled", "time_callable", "time_interleaved", "CpuSnapshot", "cpu_snapshot",
+    "other_cpu_load", "memory_stats", "peak_device_memory",
     "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
     "verify_close", "default_tolerance", "machine_description",
 ]
@@ -179,6 +180,43 @@ def time_interleaved(calls: Mapping[str, Callable[[], Any]], *, warmup: int = 2,
       jax.block_until_ready(calls[name]())
       times[name].append(time.perf_counter() - start)
   return {name: Timing.from_times(ts) for name, ts in times.items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class CpuSnapshot:
+  """Wall clock, CPU seconds of every core (Linux /proc/stat) and of this process."""
+  wall_s: float
+  machine_busy_s: float | None
+  own_s: float
+
+
+def cpu_snapshot() -> CpuSnapshot:
+  """A point to measure other processes' CPU use from (see `other_cpu_load`)."""
+  busy = None
+  try:
+    with open("/proc/stat", encoding="utf-8") as f:
+      ticks = [int(x) for x in f.readline().split()[1:9]]
+    idle = ticks[3] + ticks[4]  # idle + iowait
+    busy = (sum(ticks) - idle) / os.sysconf("SC_CLK_TCK")
+  except (OSError, ValueError, IndexError):
+    pass
+  t = os.times()
+  return CpuSnapshot(time.perf_counter(), busy, t.user + t.system)
+
+
+def other_cpu_load(before: CpuSnapshot, after: CpuSnapshot) -> float | None:
+  """Cores kept busy by *other* processes between two snapshots (None off Linux).
+
+  Timings taken while this is well above 0 on a machine with few cores are
+  inflated by contention, not by the code measured.
+  """
+  if before.machine_busy_s is None or after.machine_busy_s is None:
+    return None
+  wall = after.wall_s - before.wall_s
+  if wall <= 0:
+    return None
+  other = (after.machine_busy_s - before.machine_busy_s) - (after.own_s - before.own_s)
+  return max(0.0, other / wall)
 
 
 def memory_stats(compiled) -> dict[str, int | None]:

@@ -87,6 +87,25 @@ def test_time_interleaved_alternates_and_rotates():
     bm.time_interleaved({}, repeats=2)
 
 
+def test_other_cpu_load_excludes_this_process():
+  before = bm.cpu_snapshot()
+  end = time.perf_counter() + 0.3
+  while time.perf_counter() < end:  # keep this process (one core) busy
+    pass
+  load = bm.other_cpu_load(before, bm.cpu_snapshot())
+  assert load is not None and load >= 0
+  # This process's own busy core is not counted (the machine may be shared,
+  # so only an upper bound holds: all cores but the one this loop used).
+  assert load <= bm.machine_description()["cpu_cores"] - 0.5
+  # 2 s wall, 4 busy core-seconds on the machine, 2 of them this process's: 1 core.
+  assert bm.other_cpu_load(bm.CpuSnapshot(5.0, 10.0, 1.0),
+                           bm.CpuSnapshot(7.0, 14.0, 3.0)) == pytest.approx(1.0)
+  assert bm.other_cpu_load(bm.CpuSnapshot(5.0, 10.0, 1.0),
+                           bm.CpuSnapshot(7.0, 12.0, 3.0)) == 0.0  # only this process
+  blank = bm.CpuSnapshot(0.0, None, 0.0)
+  assert bm.other_cpu_load(blank, bm.cpu_snapshot()) is None
+
+
 def test_compile_fn_and_memory_stats():
   x = jnp.ones((32, 16), jnp.float32)
   compiled, seconds = bm.compile_fn(lambda x: jnp.exp(x) @ x.T, x)
