@@ -36,7 +36,7 @@ __all__ = ["Seq2Seq", "Seq2SeqConfig", "Transformer", "TransformerConfig",
 
 
 def create_ensemble(model_cls, config, seeds: Sequence[int]):
-  """Builds one model per seed in a single vmapped, jitted program.
+  """Builds one model per seed and stacks their states on a leading axis.
 
   Args:
     model_cls: `Seq2Seq` or `Transformer` (any `cls(config, *, rngs)`).
@@ -58,11 +58,15 @@ def create_ensemble(model_cls, config, seeds: Sequence[int]):
   graphdef, _ = nnx.split(nnx.eval_shape(lambda: model_cls(config, rngs=nnx.Rngs(0))))
 
   @jax.jit
-  @jax.vmap
   def build(seed):
     return nnx.split(model_cls(config, rngs=nnx.Rngs(jax.random.key(seed))))[1]
 
-  return graphdef, build(jnp.asarray(seeds, jnp.uint32))
+  # One compiled builder called per seed, not vmapped: the orthogonal init of
+  # the RNN cells runs a QR factorisation, and a *batched* QR on XLA:CPU
+  # (LAPACK's ParallelBatchMap inside a while loop) can deadlock its thread
+  # pool (seen here about once in 12 runs on 2 cores).
+  members = [build(jnp.asarray(s, jnp.uint32)) for s in seeds.tolist()]
+  return graphdef, jax.tree.map(lambda *xs: jnp.stack(xs), *members)
 
 
 def count_params(model_or_state) -> int:

@@ -72,7 +72,8 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
         out.append((np.stack(losses), jax.tree.leaves(t.params)))
       np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-5)
       for a, b in zip(out[0][1], out[1][1]):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
+        # sharded reductions sum in another order: ~1e-6 after 3 Adam steps
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-5)
       print("SHARDED-OK")
   """)
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
