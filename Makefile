@@ -20,7 +20,9 @@ sword:
 data: $(STAMP) sword
 	$(PY) -m experiments.prepare_data
 
-ablation: data
+# The quick preset's corpus and 2k-piece tokenizer (the driver would prepare them too).
+ablation: $(STAMP) sword
+	$(PY) -m experiments.prepare_data --vocab_size=2000
 	$(PY) -m experiments.ablation --preset=quick --workdir=$(WORKDIR)
 
 demo: $(STAMP)

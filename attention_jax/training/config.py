@@ -120,10 +120,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # two dims, two seeds; sized for <= 20 minutes on 2 CPU cores.
     "quick": dict(
         arms=("additive", "multiplicative", "scaled_multiplicative"), dims=(128, 1024),
-        seeds=2, dataset="bible_en_es", vocab_size=8000, embed_dim=128, hidden_dim=128,
-        decoder_layers=1, dropout=0.1, batch_size=64, max_length=48, steps=600,
-        learning_rate=2e-3, warmup_steps=50, beam_size=4, eval_every=300,
-        eval_examples=300, test_examples=500, diag_every=50, checkpoint_every=100,
+        seeds=2, dataset="bible_en_es", vocab_size=2000, embed_dim=128, hidden_dim=128,
+        decoder_layers=1, dropout=0.1, batch_size=64, max_length=32, steps=300,
+        learning_rate=3e-3, warmup_steps=30, beam_size=4, eval_every=150,
+        eval_examples=200, test_examples=500, diag_every=25, checkpoint_every=100,
         log_every=50),
     # The full 3 x 4 x 4 sweep on the Bible corpus with the Britz-base RNN
     # scaled to the corpus, for one H100 in <= 25 minutes; run it in pieces of
