@@ -24,12 +24,13 @@ __all__ = ["attend", "attention", "compute_scores", "IMPLEMENTATIONS"]
 IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
 
 # On CPUs `auto` takes `blockwise` from this many keys on, `plain` below it.
-# Measured on a 2-core Xeon (float32, D = 64, H = 8, B = 2...32, forward +
-# backward): Tk = 256 is the break-even point (-4%...+11%), blockwise is ~1.5x
-# faster at 384 and ~2-3.5x at 512-1024, plain is faster at Tk <= 128 (tiles
-# too small to amortise the loop). jax.nn.dot_product_attention('xla') was
-# slower than plain at every shape tried on CPU, so `auto` does not use it there.
-_BLOCKWISE_MIN_KEYS = 256
+# Measured with experiments/benchmark.py on a 2-core Xeon (float32, B = H = 8,
+# D = 64, forward+backward, wall clock): blockwise is 1.7x faster than plain at
+# Tk = 512 and 2x at 1024, but plain is faster at 128 and 256 (36 vs 49 ms at
+# 256: the tiles are too small to keep both cores busy). Between 256 and 512
+# nothing was measured, so plain stays. jax.nn.dot_product_attention('xla') was
+# never faster than plain on CPU, so `auto` does not use it there.
+_BLOCKWISE_MIN_KEYS = 512
 
 
 def _check_mask(mask, scores_shape):
@@ -213,7 +214,7 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
       and dq == dk == dv (cuDNN flash attention on NVIDIA GPUs for unmasked
       float16/bfloat16 inputs with head size <= 128, else XLA's), else
       `plain`. On CPUs, where the fused XLA kernel is slower than `plain`,
-      every score `blockwise` serves takes it from Tk = 256 keys on, and the
+      every score `blockwise` serves takes it from Tk = 512 keys on, and the
       rest takes `plain`. `blockwise` (`blockwise.dot_product_attention`, a
       tiled kernel with its own backward) serves `dot`, `scaled_dot`,
       `general` and `cosine` with a scalar or per-query `beta`, without

@@ -166,23 +166,23 @@ def test_attention_blockwise_rejects_what_it_cannot_compute():
 
 
 def test_auto_on_cpu_uses_blockwise_for_long_keys_and_plain_otherwise():
-  long = jax.ShapeDtypeStruct((1, 2, 8, 256, 16), jnp.float32)
-  short = jax.ShapeDtypeStruct((2, 4, 255, 16), jnp.float32)
+  long = jax.ShapeDtypeStruct((1, 2, 8, 512, 16), jnp.float32)
+  short = jax.ShapeDtypeStruct((2, 4, 511, 16), jnp.float32)
   jaxpr = lambda s, **kw: str(jax.make_jaxpr(lambda q: aj.attention(q, q, q, **kw))(s))
   assert jax.default_backend() == "cpu"
   assert "custom_vjp" in jaxpr(long)
-  assert "custom_vjp" in jaxpr(long, score="dot", mask=masks.causal(256))
-  # Below 256 keys: the plain path (its float32 softmax), not jax.nn's fused kernel.
+  assert "custom_vjp" in jaxpr(long, score="dot", mask=masks.causal(512))
+  # Below 512 keys: the plain path (its float32 softmax), not jax.nn's fused kernel.
   plain = jaxpr(short, implementation="plain")
   assert jaxpr(short) == plain and "custom_vjp" not in plain
   # The other scores of the dot-product family, and dv != d, take it too.
   assert "custom_vjp" in jaxpr(long, score="general", params={"w": jnp.eye(16)})
   assert "custom_vjp" in jaxpr(long, score="cosine")
   assert "custom_vjp" in str(jax.make_jaxpr(lambda q, v: aj.attention(q, q, v))(
-      long, jax.ShapeDtypeStruct((1, 2, 8, 256, 5), jnp.float32)))
+      long, jax.ShapeDtypeStruct((1, 2, 8, 512, 5), jnp.float32)))
   # Weights requested, additive scores, or a per-key beta: plain whatever the size.
   assert "custom_vjp" not in jaxpr(long, return_weights=True)
-  assert "custom_vjp" not in jaxpr(long, score="cosine", params={"beta": jnp.ones(256)})
+  assert "custom_vjp" not in jaxpr(long, score="cosine", params={"beta": jnp.ones(512)})
   additive = {"w_q": jnp.ones((16, 4)), "w_k": jnp.ones((16, 4)), "v": jnp.ones(4)}
   assert "custom_vjp" not in jaxpr(long, score="additive", params=additive)
 
