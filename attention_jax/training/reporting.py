@@ -21,7 +21,7 @@ from attention_jax.training import checkpoints  # noqa: E402
 
 
 def _fmt_params(n: int) -> str:
-  return f"{n / 1e6:.2f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
+  return f"{n / 1e6:.3f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
 
 
 def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],

@@ -404,7 +404,7 @@ class EnsembleTrainer:
 
 def _num(x) -> float | None:
   x = float(x)
-  return None if math.isnan(x) else round(x, 6)
+  return None if math.isnan(x) else float(f"{x:.6g}")  # 6 significant digits
 
 
 class MetricsLog:

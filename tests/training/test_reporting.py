@@ -20,7 +20,7 @@ def test_britz_table_mean_std_max():
   lines = table.strip().splitlines()
   assert lines[0] == "| dim | additive | multiplicative | params |"
   # additive: mean 21, sample std sqrt(2) = 1.41, max 22; multiplicative: 12 ± 2 (14)
-  assert "| 128 | 21.00 ± 1.41 (22.00) | 12.00 ± 2.00 (14.00) | 1.40M / 1.50M |" in lines
+  assert "| 128 | 21.00 ± 1.41 (22.00) | 12.00 ± 2.00 (14.00) | 1.400M / 1.500M |" in lines
   assert lines[-1].startswith("| 1024 | – | – |")
 
 
