@@ -20,6 +20,7 @@ read without TensorFlow. Tests exercise this module offline with
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import os
 
@@ -66,6 +67,9 @@ def make_builder(name: str, data_dir: str | os.PathLike) -> tfds.core.DatasetBui
   if name == "wmt15_britz":
     return tfds.builder("wmt_translate", config=britz_config(), data_dir=data_dir,
                         file_format="array_record")
+  # TFDS registers a legacy builder when its module is imported, which a plain
+  # `import tensorflow_datasets` does not always do: import it explicitly.
+  importlib.import_module(f"tensorflow_datasets.translate.{_STOCK[name].split('_translate')[0]}")
   return tfds.builder(_STOCK[name], data_dir=data_dir, file_format="array_record")
 
 
