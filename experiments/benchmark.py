@@ -820,7 +820,8 @@ def _fmt_bytes(n):
 
 def markdown_tables(rows: list[dict], machine: dict) -> str:
   """`benchmark.md`: the machine, then one table per suite."""
-  lines = [f"Machine: {machine['cpu']} ({machine['cpu_cores']} cores), JAX "
+  lines = [f"Command: `python -m experiments.benchmark {' '.join(sys.argv[1:])}`", "",
+           f"Machine: {machine['cpu']} ({machine['cpu_cores']} cores), JAX "
            f"{machine['jax_version']} on {machine['platform']} ({machine['device_kind']})."]
   loads = [r["loadavg_1m"] for r in rows if r.get("loadavg_1m") is not None]
   if loads:
