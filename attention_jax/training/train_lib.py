@@ -318,7 +318,7 @@ class EnsembleTrainer:
     metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"))
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
 
-    diag_batch = next(self.data.batches("validation", min(cfg.batch_size, 64), shuffle=False,
+    diag_batch = next(self.data.batches("validation", cfg.batch_size, shuffle=False,
                                         repeat=False))
     step = meta["step"]
     train_seconds = meta["train_seconds"]
