@@ -186,17 +186,18 @@ class EnsembleTrainer:
     def member(params, rest, src, tgt_in, tgt_out):
       model_out = lambda off: self._apply(params, rest, src, tgt_in, deterministic=True,
                                           score_offset=off)
-      _, aux = model_out(None)
-      if aux.get("scores") is None:  # no attention: nothing to look inside
+      scores_shape = jax.eval_shape(lambda: model_out(None)[1]["scores"])  # no compute
+      if scores_shape is None:  # no attention: nothing to look inside
         nan = jnp.float32(jnp.nan)
         return {"logit_std": nan, "entropy": nan, "saturated": nan, "grad_norm": nan}
 
       def loss_of_offset(off):
-        logits, _ = model_out(off)
-        return token_loss(logits, tgt_out, pad, ls)[0]
+        logits, aux = model_out(off)
+        return token_loss(logits, tgt_out, pad, ls)[0], aux
 
-      offset = jnp.zeros(aux["scores"].shape, jnp.float32)
-      grad = jax.grad(loss_of_offset)(offset)  # d loss / d attention logits
+      # d loss / d attention logits, and the logits themselves, in one pass.
+      grad, aux = jax.grad(loss_of_offset, has_aux=True)(
+          jnp.zeros(scores_shape.shape, jnp.float32))
       query_valid = diagnostics.query_valid_like(aux["scores"].ndim, tgt_out != pad)
       stats = diagnostics.softmax_stats(aux["scores"], aux["weights"], aux["key_valid"],
                                         query_valid)
