@@ -735,10 +735,13 @@ def run_models_suite(settings: Settings, write: Callable[[dict], None]) -> None:
   repeats = max(3, settings.repeats // 2)
   for name in settings.models:
     cls, config = configs[name]
-    # N models with stacked parameters, split like the single model below.
+    # N models with stacked parameters; member 0 is the single model (the
+    # contract of create_ensemble: member i equals cls(config, rngs=Rngs(seed i))).
     ensemble_def, states = models.create_ensemble(cls, config, list(range(n)))
     _, params_n, rest_n = nnx.split(nnx.merge(ensemble_def, states), nnx.Param, ...)
-    graphdef, params1, rest1 = nnx.split(cls(config, rngs=nnx.Rngs(0)), nnx.Param, ...)
+    graphdef, _, _ = nnx.split(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0))),
+                               nnx.Param, ...)
+    params1, rest1 = (jax.tree.map(lambda x: x[0], t) for t in (params_n, rest_n))
     step = _train_step_fn(graphdef, optimizer)
 
     def train(params, rest, opt_state, key, step=step):

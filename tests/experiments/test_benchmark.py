@@ -10,12 +10,12 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-TINY = ["--suite=kernels,additive,models", "--seq_lens=16,32", "--head_dims=8", "--heads=2",
+TINY = ["--suite=kernels,additive", "--seq_lens=16,32", "--head_dims=8", "--heads=2",
                 "--batch=1", "--causal=false", "--dtypes=float32", "--modes=fwd_bwd",
                 "--repeats=3", "--warmup=1", "--additive_batch=2", "--additive_dim=16",
-                "--additive_seq_lens=8,16", "--additive_time_max_len=8", "--models=transformer",
-                "--model_size=tiny", "--model_batch=2", "--model_seq_len=4", "--model_seeds=2",
-                "--model_steps=2"]
+                "--additive_seq_lens=8,16", "--additive_time_max_len=8"]
+TINY_MODELS = ["--suite=models", "--models=transformer", "--model_size=tiny", "--model_batch=2",
+               "--model_seq_len=4", "--model_seeds=2", "--model_steps=2", "--repeats=3"]
 
 
 def _run(args, workdir, script=None):
@@ -41,7 +41,7 @@ def _has_torch():
 
 
 def test_tiny_sweep_writes_well_formed_output(tmp_path):
-  """Every suite at toy sizes, in one process (one JAX start-up for the budget)."""
+  """The kernels and additive suites at toy sizes."""
   impls = "scaled_dot,additive,naive,jax_xla,nnx" + (",torch" if _has_torch() else "")
   proc = _run(TINY + [f"--impls={impls}"], tmp_path)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -70,9 +70,15 @@ def test_tiny_sweep_writes_well_formed_output(tmp_path):
       assert f.read(8) == b"\x89PNG\r\n\x1a\n"
   table = (tmp_path / "benchmark.md").read_text()
   assert "| impl | mode |" in table and "jax_xla / scaled_dot" in table
-  assert "| model |" in table
-  # Models suite: tokens/s = B·T·steps·seeds / median time per call.
-  models = {r["impl"]: r for r in rows if r["suite"] == "models"}
+
+
+@pytest.mark.slow  # ~10 s of XLA compilation for two training programs
+def test_models_suite_tiny(tmp_path):
+  proc = _run(TINY_MODELS, tmp_path)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "| model |" in (tmp_path / "benchmark.md").read_text()
+  # tokens/s = B·T·steps·seeds / median time per call.
+  models = {r["impl"]: r for r in _rows(tmp_path)}
   assert set(models) == {"1 seed", "2 seeds sequential", "2 seeds vmapped"}
   for r in models.values():
     assert r["status"] == "ok" and r["tokens_per_s"] > 0 and r["model"] == "transformer"
