@@ -94,9 +94,11 @@ def test_other_cpu_load_excludes_this_process():
     pass
   load = bm.other_cpu_load(before, bm.cpu_snapshot())
   assert load is not None and load >= 0
-  # This process's own busy core is not counted (the machine may be shared,
-  # so only an upper bound holds: all cores but the one this loop used).
-  assert load <= bm.machine_description()["cpu_cores"] - 0.5
+  # On a shared machine (pytest -n 2 runs another worker beside this one) the
+  # loop may get much less than a core, so only the physical bound holds for
+  # real snapshots (+0.1 for clock-tick granularity); the exclusion of this
+  # process's own time is checked exactly on the synthetic snapshots below.
+  assert load <= bm.machine_description()["cpu_cores"] + 0.1
   # 2 s wall, 4 busy core-seconds on the machine, 2 of them this process's: 1 core.
   assert bm.other_cpu_load(bm.CpuSnapshot(5.0, 10.0, 1.0),
                            bm.CpuSnapshot(7.0, 14.0, 3.0)) == pytest.approx(1.0)
