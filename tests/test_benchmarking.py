@@ -82,7 +82,9 @@ def test_time_interleaved_alternates_and_rotates():
   assert {n: t.repeats for n, t in timings.items()} == {"a": 3, "b": 3, "c": 3}
   slow = bm.time_interleaved({"slow": lambda: time.sleep(0.003), "fast": lambda: None},
                              warmup=0, repeats=3)
-  assert slow["slow"].min_s >= 0.003 > slow["fast"].max_s
+  # median, not max, for the no-op: one preemption on a loaded 2-core machine
+  # can stretch a single call past 3 ms.
+  assert slow["slow"].min_s >= 0.003 > slow["fast"].median_s
   with pytest.raises(ValueError, match="`calls`"):
     bm.time_interleaved({}, repeats=2)
 
