@@ -26,13 +26,18 @@ from attention_jax.training import train_lib
 from attention_jax.training.config import ExperimentConfig
 
 
+# Fields that may differ between a run and its resumption without changing
+# its numbers.
+RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every")
+
+
 def group_dir(workdir: str, arm: str, dim: int) -> str:
   return os.path.join(workdir, "runs", f"{arm}_d{dim}")
 
 
 def fingerprint(cfg: ExperimentConfig, arm: str, dim: int) -> dict:
   """The settings that determine a run's numbers."""
-  d = {k: v for k, v in cfg.to_dict().items() if k not in train_lib._RESUMABLE_FIELDS}
+  d = {k: v for k, v in cfg.to_dict().items() if k not in RESUMABLE_FIELDS}
   d = json.loads(json.dumps(d))  # tuples -> lists, as they come back from JSON
   d.update(arm=arm, dim=dim)
   return d

@@ -33,9 +33,6 @@ from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
 from attention_jax.training.config import ExperimentConfig
 
-# Fields that may differ between a run and its resumption without changing
-# its numbers.
-_RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every")
 
 
 # ----------------------------------------------------------------------------

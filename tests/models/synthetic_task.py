@@ -5,6 +5,7 @@ Copy or reverse random token strings of length 5-15 (ids >= 3; 0 pad,
 on the training set.
 """
 
+import functools
 import time
 
 import jax
@@ -70,3 +71,12 @@ def train_to_accuracy(model, data, *, max_steps, learning_rate, target=0.99,
       if accuracy >= target:
         break
   return accuracy, steps, time.time() - start
+
+
+@functools.partial(nnx.jit, static_argnames=("deterministic",))
+def forward(model, src, tgt_in, *, deterministic=True, rngs=None, score_offset=None):
+  """`model(src, tgt_in, ...)` compiled once per model structure and shapes (model tests)."""
+  return model(src, tgt_in, deterministic=deterministic, rngs=rngs, score_offset=score_offset)
+
+
+encode = nnx.jit(lambda model, src: model.encode(src))

@@ -1,7 +1,6 @@
 """Tests for attention_jax.models.seq2seq."""
 
 import dataclasses
-import functools
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +11,7 @@ from flax import nnx
 from attention_jax.layers import SCORES
 from attention_jax.models import Seq2Seq, Seq2SeqConfig, count_params, create_ensemble
 from tests.models import synthetic_task
+from tests.models.synthetic_task import encode, forward
 
 V = 19
 SRC = np.array([[5, 6, 7, 8, 1], [9, 10, 1, 0, 0]], np.int32)  # [2, 5]
@@ -37,14 +37,6 @@ CONFIGS = {
     "none_concat_gru": small(decoder="none_concat", encoder_layers=2),
 }
 
-
-@functools.partial(nnx.jit, static_argnames=("deterministic",))
-def forward(model, src, tgt_in, *, deterministic=True, rngs=None, score_offset=None):
-  """`model(src, tgt_in, ...)` compiled once per model structure and shapes."""
-  return model(src, tgt_in, deterministic=deterministic, rngs=rngs, score_offset=score_offset)
-
-
-encode = nnx.jit(lambda model, src: model.encode(src))
 
 
 def model_of(config, seed=0):
