@@ -84,6 +84,14 @@ def _param(init, key, shape, dtype):
   return nnx.Param(init(key, shape, dtype))
 
 
+# The additive score's `[B, Tq, S, a]` tanh block, recomputed in the backward
+# pass instead of stored: inside the RNN decoder's `lax.scan` a stored block
+# is stacked over all T steps (`[T, B, 1, S, a]`, 537 MB per step at B = 64,
+# T = S = 32, a = 1024), and zero-filling and re-reading that buffer cost more
+# than the recomputed tanh on 2 CPU cores (profile and timings: issue 9).
+_additive_rematerialised = jax.checkpoint(scores_lib.additive_projected)
+
+
 def _check_offset(score_offset, shape, where: str):
   if score_offset is None:
     return None
@@ -164,8 +172,8 @@ class Attention(nnx.Module):
       # `scores.additive` would redo that projection at every step. With one
       # query per step the tanh block is only [B, 1, S, a], so the chunking
       # `scores.additive` offers for long query axes is not needed here.
-      hidden = jnp.tanh(q_proj[..., :, None, :] + prepared[..., None, :, :])
-      out = hidden @ self.v[...].astype(hidden.dtype)  # [B, Tq, S]
+      out = _additive_rematerialised(q_proj, prepared.astype(q_proj.dtype),
+                                     self.v[...].astype(q_proj.dtype))  # [B, Tq, S]
     elif s in ("multiplicative", "scaled_multiplicative"):
       q_proj = self.query_proj(query)  # [B, Tq, a]
       fn = scores_lib.dot if s == "multiplicative" else scores_lib.scaled_dot

@@ -77,8 +77,13 @@ def _check_additive(q, k, w_q, w_k, v):
         f"{tuple(w_q.shape)}, {tuple(w_k.shape)}, {tuple(v.shape)}.")
 
 
-def _additive_block(q_proj, k_proj, v):
-  # q_proj [..., n, a], k_proj [..., Tk, a] -> [..., n, Tk]
+def additive_projected(q_proj: jax.Array, k_proj: jax.Array, v: jax.Array) -> jax.Array:
+  """`vᵀ tanh(q_proj + k_proj)` for already projected queries and keys.
+
+  `q_proj [..., Tq, a]`, `k_proj [..., Tk, a]`, `v [a]` -> `[..., Tq, Tk]`,
+  formed in one `[..., Tq, Tk, a]` block (no chunking, no checks): the inner
+  step of `additive`, for callers that project the keys once themselves.
+  """
   hidden = jnp.tanh(q_proj[..., :, None, :] + k_proj[..., None, :, :])  # [..., n, Tk, a]
   return hidden @ v  # [..., n, Tk]
 
@@ -87,7 +92,7 @@ def additive_naive(q, k, w_q, w_k, v) -> jax.Array:
   """Additive score formed in one `[..., Tq, Tk, a]` tensor (the reference)."""
   q, k, w_q, w_k, v = map(jnp.asarray, (q, k, w_q, w_k, v))
   _check_additive(q, k, w_q, w_k, v)
-  return _additive_block(q @ w_q, k @ w_k, v)  # [..., Tq, Tk]
+  return additive_projected(q @ w_q, k @ w_k, v)  # [..., Tq, Tk]
 
 
 def additive(q: jax.Array, k: jax.Array, w_q: jax.Array, w_k: jax.Array,
@@ -122,7 +127,7 @@ def additive(q: jax.Array, k: jax.Array, w_q: jax.Array, w_k: jax.Array,
   per_query = math.prod(lead) * tk * a
   chunk = max(1, budget // max(per_query, 1))
   if chunk >= tq:
-    return _additive_block(q_proj, k_proj, v)  # [..., Tq, Tk]
+    return additive_projected(q_proj, k_proj, v)  # [..., Tq, Tk]
 
   q_proj = jnp.broadcast_to(q_proj, lead + (tq, a))
   k_proj = jnp.broadcast_to(k_proj, lead + (tk, a))
@@ -131,7 +136,7 @@ def additive(q: jax.Array, k: jax.Array, w_q: jax.Array, w_k: jax.Array,
   q_proj = jnp.pad(q_proj, [(0, 0)] * len(lead) + [(0, pad), (0, 0)])
   q_chunks = jnp.moveaxis(
       q_proj.reshape(lead + (n_chunks, chunk, a)), -3, 0)  # [C, ..., chunk, a]
-  block = jax.checkpoint(lambda qc: _additive_block(qc, k_proj, v))
+  block = jax.checkpoint(lambda qc: additive_projected(qc, k_proj, v))
   out = jax.lax.map(block, q_chunks)  # [C, ..., chunk, Tk]
   out = jnp.moveaxis(out, 0, -3).reshape(lead + (n_chunks * chunk, tk))
   return out[..., :tq, :]  # [..., Tq, Tk]
