@@ -49,15 +49,18 @@ class ExperimentConfig:
   clip_norm: float = 5.0             # global gradient-norm clipping (Britz: 5)
   label_smoothing: float = 0.0       # label-smoothing mass
   # --- evaluation and bookkeeping ---
-  beam_size: int = 10                # beam width for BLEU (1 = greedy)
+  beam_size: int = 10                # beam width of the final test BLEU (1 = greedy)
+  val_beam_size: int = 0             # beam width of in-training validation BLEU (0 = beam_size)
   length_penalty: float = 0.6        # GNMT length-penalty alpha
   eval_every: int = 2000             # steps between validation-BLEU evaluations (best one is kept)
+  eval_batch_size: int = 256         # sentences per evaluation batch (perplexity and decoding)
   eval_examples: int = 0             # validation sentences used during training (0 = all)
   test_examples: int = 0             # test sentences for the final BLEU (0 = all)
   diag_every: int = 200              # steps between softmax diagnostics (K)
   checkpoint_every: int = 1000       # steps between Orbax checkpoints
   log_every: int = 100               # steps between progress lines
   max_minutes: float = 0.0           # stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit
+  workers: int = 1                   # (arm, dim) pairs trained at once, one single-threaded process each
 
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)
@@ -72,11 +75,14 @@ class ExperimentConfig:
     if len(set(self.arms)) != len(self.arms) or len(set(self.dims)) != len(self.dims):
       raise ValueError(f"`arms` and `dims` must not repeat values: {self.arms!r}, {self.dims!r}.")
     for name in ("seeds", "embed_dim", "hidden_dim", "encoder_layers", "decoder_layers",
-                 "num_heads", "ff_dim", "vocab_size", "max_length", "batch_size", "steps",
-                 "beam_size", "eval_every", "diag_every", "checkpoint_every", "log_every"):
+                 "num_heads", "ff_dim", "vocab_size", "max_length", "batch_size",
+                 "eval_batch_size", "steps",
+                 "beam_size", "eval_every", "diag_every", "checkpoint_every", "log_every",
+                 "workers"):
       if int(getattr(self, name)) <= 0:
         raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}.")
-    for name in ("warmup_steps", "eval_examples", "test_examples", "max_minutes"):
+    for name in ("warmup_steps", "val_beam_size", "eval_examples", "test_examples",
+                 "max_minutes"):
       if getattr(self, name) < 0:
         raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
     if not 0.0 <= self.dropout < 1.0:
@@ -113,7 +119,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "smoke": dict(
         arms=("additive", "multiplicative", "scaled_multiplicative"), dims=(8, 32),
         seeds=2, dataset="copy", embed_dim=32, hidden_dim=32, decoder_layers=1,
-        dropout=0.0, batch_size=32, max_length=20, steps=120, learning_rate=3e-3,
+        eval_batch_size=64, dropout=0.0, batch_size=32, max_length=20, steps=120,
+        learning_rate=3e-3,
         beam_size=2, eval_every=60, eval_examples=64, test_examples=64, diag_every=20,
         checkpoint_every=40, log_every=20),
     # The README's main command: the Bible corpus, a small RNN, every arm at

@@ -9,7 +9,7 @@ from __future__ import annotations
 import collections
 import io
 import os
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import matplotlib
 
@@ -25,20 +25,24 @@ def _fmt_params(n: int) -> str:
 
 
 def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],
-                metric: str = "test_bleu") -> str:
-  """Markdown table: a row per dim, a column per arm, `mean ± std (max)` over seeds.
+                metric: str = "test_bleu", best: Callable = max,
+                params: bool = True) -> str:
+  """Markdown table: a row per dim, a column per arm, `mean ± std (best)` over seeds.
 
   The std is the sample standard deviation (ddof=1) as in Britz et al.; with a
-  single seed it is shown as 0. The params column lists each arm's count when
+  single seed it is shown as 0. `best` picks the bracketed value (max for
+  BLEU, min for perplexity). The params column lists each arm's count when
   they differ.
   """
   cells = collections.defaultdict(list)
-  params = collections.defaultdict(set)
+  counts = collections.defaultdict(set)
   for r in rows:
-    cells[(r["arm"], r["dim"])].append(r[metric])
-    params[r["dim"]].add((r["arm"], r["params"]))
-  lines = ["| dim | " + " | ".join(arms) + " | params |",
-           "|---|" + "---|" * len(arms) + "---|"]
+    if r.get(metric) is not None:
+      cells[(r["arm"], r["dim"])].append(r[metric])
+    counts[r["dim"]].add((r["arm"], r["params"]))
+  tail = " params |" if params else ""
+  lines = ["| dim | " + " | ".join(arms) + " |" + tail,
+           "|---|" + "---|" * len(arms) + ("---|" if params else "")]
   for d in dims:
     row = []
     for a in arms:
@@ -47,10 +51,32 @@ def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],
         row.append("–")
         continue
       std = vals.std(ddof=1) if vals.size > 1 else 0.0
-      row.append(f"{vals.mean():.2f} ± {std:.2f} ({vals.max():.2f})")
-    counts = sorted({p for _, p in params[d]})
-    pcol = " / ".join(_fmt_params(p) for p in counts) if counts else "–"
-    lines.append(f"| {d} | " + " | ".join(row) + f" | {pcol} |")
+      row.append(f"{vals.mean():.2f} ± {std:.2f} ({best(vals):.2f})")
+    line = f"| {d} | " + " | ".join(row) + " |"
+    if params:
+      found = sorted({p for _, p in counts[d]})
+      line += " " + (" / ".join(_fmt_params(p) for p in found) if found else "–") + " |"
+    lines.append(line)
+  return "\n".join(lines) + "\n"
+
+
+def _fmt_p(p: float) -> str:
+  return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
+
+
+def significance_table(tests: dict[tuple[str, int], dict], arms: Sequence[str],
+                       dims: Sequence[int], baseline: str) -> str:
+  """Markdown table of `Δ BLEU (p)` per dim and non-baseline arm, from
+  `significance.compare_runs` results keyed by (arm, dim)."""
+  others = [a for a in arms if a != baseline]
+  lines = ["| dim | " + " | ".join(f"{a} − {baseline}" for a in others) + " |",
+           "|---|" + "---|" * len(others)]
+  for d in dims:
+    row = []
+    for a in others:
+      t = tests.get((a, d))
+      row.append("–" if t is None else f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])})")
+    lines.append(f"| {d} | " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 
 
@@ -64,26 +90,66 @@ def _save(fig, path: str) -> None:
   os.replace(tmp, path)
 
 
-def plot_ablation(rows: Sequence[dict], arms: Sequence[str], path: str,
-                  metric: str = "test_bleu") -> None:
-  """Test BLEU vs attention dimension, one line per arm, error bars = std over seeds."""
-  fig, ax = plt.subplots(figsize=(6, 4))
-  for arm in arms:
-    by_dim = collections.defaultdict(list)
-    for r in rows:
-      if r["arm"] == arm:
-        by_dim[r["dim"]].append(r[metric])
-    if not by_dim:
-      continue
-    dims = sorted(by_dim)
-    mean = [np.mean(by_dim[d]) for d in dims]
-    std = [np.std(by_dim[d], ddof=1) if len(by_dim[d]) > 1 else 0.0 for d in dims]
-    ax.errorbar(dims, mean, yerr=std, marker="o", capsize=4, label=arm)
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("attention dimension a")
-  ax.set_ylabel(metric.replace("_", " ").replace("bleu", "BLEU"))
-  ax.grid(alpha=0.3)
-  ax.legend()
+def plot_ablation(rows: Sequence[dict], arms: Sequence[str], path: str) -> None:
+  """Test BLEU and validation perplexity vs attention dimension, one line per
+  arm, error bars = std over seeds."""
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  for ax, metric, label in ((axes[0], "test_bleu", "test BLEU"),
+                            (axes[1], "val_ppl", "validation perplexity")):
+    for arm in arms:
+      by_dim = collections.defaultdict(list)
+      for r in rows:
+        if r["arm"] == arm and r.get(metric) is not None:
+          by_dim[r["dim"]].append(r[metric])
+      if not by_dim:
+        continue
+      dims = sorted(by_dim)
+      mean = [np.mean(by_dim[d]) for d in dims]
+      std = [np.std(by_dim[d], ddof=1) if len(by_dim[d]) > 1 else 0.0 for d in dims]
+      ax.errorbar(dims, mean, yerr=std, marker="o", capsize=4, label=arm)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("attention dimension a")
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3)
+  axes[1].set_yscale("log")
+  axes[0].legend()
+  _save(fig, path)
+
+
+def _history_lines(histories, arms, axes, keys):
+  """One line per (arm, dim) and key of `histories` (metrics-log rows), seeds
+  averaged; colour = arm, style = dim. A history keyed by a plain label
+  (not an (arm, dim) pair) is drawn solid under that label."""
+  colours = dict(zip(arms, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+  pairs = {k: (k if isinstance(k, tuple) else (k, None)) for k in histories}
+  dims = sorted({d for _, d in pairs.values() if d is not None})
+  styles = {None: "-", **dict(zip(dims, ["-", "--", ":", "-."] * 4))}
+  for key, rows in histories.items():
+    arm, dim = pairs[key]
+    for ax, key in zip(axes, keys):
+      by_step = collections.defaultdict(list)
+      for r in rows:
+        if r.get(key) is not None:
+          by_step[r["step"]].append(r[key])
+      if not by_step:
+        continue
+      steps = sorted(by_step)
+      ax.plot(steps, [np.mean(by_step[s]) for s in steps], styles[dim],
+              color=colours.get(arm), label=arm if dim is None else f"{arm} a={dim}")
+  for ax in axes:
+    ax.set_xlabel("step")
+    ax.grid(alpha=0.3)
+  axes[-1].legend(fontsize=7)
+
+
+def plot_validation(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
+                    path: str) -> None:
+  """Validation BLEU and perplexity over training, per arm (colour) and dim (style)."""
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  _history_lines(histories, arms, axes, ("val_bleu", "val_ppl"))
+  axes[0].set_ylabel("validation BLEU (in-training decoder)")
+  axes[1].set_ylabel("validation perplexity")
+  axes[1].set_yscale("log")
   _save(fig, path)
 
 
@@ -94,27 +160,10 @@ def plot_diagnostics(histories: dict[tuple[str, int], list[dict]], arms: Sequenc
   `histories` maps (arm, dim) to metrics-log rows; seeds are averaged.
   """
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  colours = dict(zip(arms, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-  dims = sorted({d for _, d in histories})
-  styles = dict(zip(dims, ["-", "--", ":", "-."] * 4))
-  for (arm, dim), rows in sorted(histories.items()):
-    for ax, key in zip(axes, ("logit_std", "entropy")):
-      by_step = collections.defaultdict(list)
-      for r in rows:
-        if r.get(key) is not None:
-          by_step[r["step"]].append(r[key])
-      if not by_step:
-        continue
-      steps = sorted(by_step)
-      ax.plot(steps, [np.mean(by_step[s]) for s in steps], styles[dim],
-              color=colours.get(arm), label=f"{arm} a={dim}")
+  _history_lines(histories, arms, axes, ("logit_std", "entropy"))
   axes[0].set_yscale("log")
   axes[0].set_ylabel("attention-logit std over valid keys")
   axes[1].set_ylabel("entropy / log(#valid keys)")
-  for ax in axes:
-    ax.set_xlabel("step")
-    ax.grid(alpha=0.3)
-  axes[1].legend(fontsize=7)
   _save(fig, path)
 
 

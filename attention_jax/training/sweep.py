@@ -6,12 +6,16 @@ Workdir layout (everything written atomically; a re-run resumes):
   runs/<arm>_d<dim>/checkpoints/    Orbax checkpoints (latest two)
   runs/<arm>_d<dim>/metrics.jsonl   loss, softmax diagnostics, validation BLEU
   runs/<arm>_d<dim>/attention.json  alignment of test sentence 0 (seed 0)
+  runs/<arm>_d<dim>/test_translations.json  final test outputs per seed (for significance)
+  runs/<arm>_d<dim>/significance.json       cached paired test against the baseline arm
   runs/<arm>_d<dim>/result.json     one row per seed; its presence = finished
-  results.jsonl, table.md, ablation.png, diagnostics.png, attention_<arm>_<dim>.png
+  results.jsonl, table.md, ablation.png, validation.png, diagnostics.png,
+  attention_<arm>_<dim>.png
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -22,13 +26,15 @@ import numpy as np
 from attention_jax.data import input_pipeline
 from attention_jax.training import checkpoints
 from attention_jax.training import reporting
+from attention_jax.training import significance as significance_lib
 from attention_jax.training import train_lib
 from attention_jax.training.config import ExperimentConfig
 
 
 # Fields that may differ between a run and its resumption without changing
 # its numbers.
-RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every")
+RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every", "workers")
+TRANSLATIONS = "test_translations.json"
 
 
 def group_dir(workdir: str, arm: str, dim: int) -> str:
@@ -63,14 +69,73 @@ def finished_rows(workdir: str, cfg: ExperimentConfig) -> list[dict]:
   return rows
 
 
+def baseline_arm(cfg: ExperimentConfig) -> str:
+  """The arm the others are tested against: additive when swept, else the first."""
+  return "additive" if "additive" in cfg.arms else cfg.arms[0]
+
+
+def significance(workdir: str, cfg: ExperimentConfig) -> dict[tuple[str, int], dict]:
+  """Seed-paired AR tests (`significance.compare_runs`) of every finished arm
+  against the baseline arm at the same dimension, cached per pair in
+  `significance.json` under the digest of both runs' translations."""
+  base = baseline_arm(cfg)
+  out = {}
+  for dim in cfg.dims:
+    base_path = os.path.join(group_dir(workdir, base, dim), TRANSLATIONS)
+    if not os.path.exists(base_path):
+      continue
+    for arm in cfg.arms:
+      run_dir = group_dir(workdir, arm, dim)
+      path = os.path.join(run_dir, TRANSLATIONS)
+      if arm == base or not os.path.exists(path):
+        continue
+      with open(base_path, "rb") as f:
+        base_bytes = f.read()
+      with open(path, "rb") as f:
+        own_bytes = f.read()
+      digest = hashlib.sha256(base_bytes + b"\0" + own_bytes).hexdigest()
+      cache_path = os.path.join(run_dir, "significance.json")
+      cached = None
+      if os.path.exists(cache_path):
+        with open(cache_path) as f:
+          try:
+            cached = json.load(f)
+          except json.JSONDecodeError:  # cut by a kill: recomputed
+            cached = None
+      if cached is not None and cached.get("digest") == digest:
+        out[(arm, dim)] = cached["result"]
+        continue
+      result = significance_lib.compare_runs(json.loads(base_bytes), json.loads(own_bytes))
+      checkpoints.atomic_write(cache_path, json.dumps(
+          {"baseline": base, "digest": digest, "result": result}))
+      out[(arm, dim)] = result
+  return out
+
+
 def write_reports(workdir: str, cfg: ExperimentConfig) -> str:
   """Regenerates results.jsonl, table.md and the plots from the finished runs."""
   rows = finished_rows(workdir, cfg)
   reporting.write_jsonl(os.path.join(workdir, "results.jsonl"), rows)
-  table = reporting.britz_table(rows, cfg.arms, cfg.dims)
-  header = (f"Test BLEU (sacrebleu), mean ± std (max) over seeds; model={cfg.model}, "
-            f"dataset={cfg.dataset}, steps={cfg.steps}, beam={cfg.beam_size}.\n\n")
-  checkpoints.atomic_write(os.path.join(workdir, "table.md"), header + table)
+  settings = (f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, "
+              f"{cfg.seeds} seeds")
+  test_set = f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
+  parts = [
+      f"Test BLEU (sacrebleu, beam {cfg.beam_size}, {test_set}), mean ± std (max) over "
+      f"seeds; {settings}.\n\n" + reporting.britz_table(rows, cfg.arms, cfg.dims)]
+  if any("val_ppl" in r for r in rows):
+    parts.append(
+        "Validation perplexity (teacher-forced, per target token, whole validation split; "
+        "parameters of the best validation BLEU), mean ± std (min) over seeds.\n\n"
+        + reporting.britz_table(rows, cfg.arms, cfg.dims, metric="val_ppl", best=min))
+  tests = significance(workdir, cfg)
+  if tests:
+    parts.append(
+        f"Test BLEU difference to {baseline_arm(cfg)} at the same dimension, mean over "
+        "seed pairs, with the largest p over the pairs (paired approximate randomisation "
+        f"over test sentences, {significance_lib.TRIALS:,} trials, sacrebleu).\n\n"
+        + reporting.significance_table(tests, cfg.arms, cfg.dims, baseline_arm(cfg)))
+  text = "\n".join(parts)
+  checkpoints.atomic_write(os.path.join(workdir, "table.md"), text)
   if rows:
     reporting.plot_ablation(rows, cfg.arms, os.path.join(workdir, "ablation.png"))
   histories = {}
@@ -88,17 +153,22 @@ def write_reports(workdir: str, cfg: ExperimentConfig) -> str:
                                  os.path.join(workdir, f"attention_{arm}_{dim}.png"))
   if histories:
     reporting.plot_diagnostics(histories, cfg.arms, os.path.join(workdir, "diagnostics.png"))
-  return header + table
+    reporting.plot_validation(histories, cfg.arms, os.path.join(workdir, "validation.png"))
+  return text
 
 
 def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
         log: Callable[[str], None] = print,
         data=None) -> str | None:
-  """Runs (or resumes) the whole sweep; returns the table, or None if stopped early."""
+  """Runs (or resumes) the whole sweep; returns the table, or None if stopped early.
+
+  With `cfg.workers > 1` the unfinished (arm, dim) pairs are trained that many
+  at a time, each in its own single-threaded process (largest dimension
+  first, so the longest runs start first); otherwise one after another here.
+  """
   os.makedirs(workdir, exist_ok=True)
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
-  data = data if data is not None else load_data(cfg)
-  seeds = tuple(range(cfg.seeds))
+  pending = []
   for arm in cfg.arms:
     for dim in cfg.dims:
       run_dir = group_dir(workdir, arm, dim)
@@ -106,23 +176,99 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
       _check(run_dir, fingerprint(cfg, arm, dim))
       if os.path.exists(os.path.join(run_dir, "result.json")):
         log(f"[{arm} d={dim}] finished earlier; skipped")
-        continue
-      if deadline is not None and time.time() > deadline:
-        log("time budget reached; re-run the same command to continue")
-        return None
-      trainer = train_lib.EnsembleTrainer(cfg, arm, dim, data, seeds, mesh=mesh)
-      log(f"[{arm} d={dim}] {trainer.num_params:,} parameters, seeds {list(seeds)}")
-      result = trainer.run(run_dir, log=log, deadline=deadline)
-      if result is None:
-        return None
-      if result.attention is not None:
-        att = {k: (np.asarray(v).tolist() if k == "weights" else v)
-               for k, v in result.attention.items()}
-        checkpoints.atomic_write(os.path.join(run_dir, "attention.json"), json.dumps(att))
-      checkpoints.atomic_write(os.path.join(run_dir, "result.json"),
-                               json.dumps(result.rows, indent=1))
+      else:
+        pending.append((arm, dim))
+  if cfg.workers > 1 and len(pending) > 1:
+    if mesh is not None:
+      raise ValueError(f"`workers` = {cfg.workers} trains pairs in separate single-device "
+                       "processes; it cannot be combined with several devices.")
+    pending.sort(key=lambda pair: -pair[1])
+    finished = _run_in_workers(cfg, workdir, pending, deadline)
+  else:
+    data = data if data is not None else load_data(cfg)
+    finished = True
+    for arm, dim in pending:
+      if not train_group(cfg, workdir, arm, dim, data, mesh=mesh, log=log, deadline=deadline):
+        finished = False
+        break
       write_reports(workdir, cfg)
+  if not finished:
+    log("time budget reached; re-run the same command to continue")
+    return None
   return write_reports(workdir, cfg)
+
+
+def train_group(cfg: ExperimentConfig, workdir: str, arm: str, dim: int, data, *,
+                mesh=None, log: Callable[[str], None] = print,
+                deadline: float | None = None) -> bool:
+  """Trains (or resumes) one (arm, dim) pair and writes its results; False if
+  `deadline` stopped it first (its checkpoint is saved)."""
+  if deadline is not None and time.time() > deadline:
+    return False
+  run_dir = group_dir(workdir, arm, dim)
+  trainer = train_lib.EnsembleTrainer(cfg, arm, dim, data, tuple(range(cfg.seeds)), mesh=mesh)
+  log(f"[{arm} d={dim}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
+  result = trainer.run(run_dir, log=log, deadline=deadline)
+  if result is None:
+    return False
+  if result.attention is not None:
+    att = {k: (np.asarray(v).tolist() if k == "weights" else v)
+           for k, v in result.attention.items()}
+    checkpoints.atomic_write(os.path.join(run_dir, "attention.json"), json.dumps(att))
+  checkpoints.atomic_write(os.path.join(run_dir, TRANSLATIONS),
+                           json.dumps(result.translations, ensure_ascii=False))
+  # Written last: its presence marks the pair finished.
+  checkpoints.atomic_write(os.path.join(run_dir, "result.json"),
+                           json.dumps(result.rows, indent=1))
+  return True
+
+
+# Flags that make XLA:CPU run each worker's programs on one thread: on 2 cores
+# two single-threaded processes trained 14.6k target tokens/s together, one
+# process with 2 threads 11.2k (one seed) and 8.7k (two vmapped seeds)
+# (quick model, additive a = 128; issue 9).
+_ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def _worker_init(parent_pid: int) -> None:
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
+                             _ONE_THREAD_XLA_FLAGS).strip()
+  try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
+    import ctypes  # pylint: disable=g-import-not-at-top
+    import signal  # pylint: disable=g-import-not-at-top
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+  except (OSError, AttributeError):
+    pass
+  if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    os._exit(1)
+
+
+_WORKER_DATA = {}
+
+
+def _worker_task(cfg: ExperimentConfig, workdir: str, arm: str, dim: int,
+                 deadline: float | None) -> tuple[str, int, bool]:
+  if "data" not in _WORKER_DATA:
+    _WORKER_DATA["data"] = load_data(cfg)
+  log = lambda line: print(line, flush=True)
+  done = train_group(cfg, workdir, arm, dim, _WORKER_DATA["data"], log=log, deadline=deadline)
+  return arm, dim, done
+
+
+def _run_in_workers(cfg: ExperimentConfig, workdir: str, pending: list[tuple[str, int]],
+                    deadline: float | None) -> bool:
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
+  finished = True
+  with ctx.Pool(min(cfg.workers, len(pending)), initializer=_worker_init,
+                initargs=(os.getpid(),)) as pool:
+    tasks = [pool.apply_async(_worker_task, (cfg, workdir, arm, dim, deadline))
+             for arm, dim in pending]
+    for task in tasks:
+      _, _, done = task.get()
+      finished = finished and done
+      write_reports(workdir, cfg)
+  return finished
 
 
 def _check(run_dir: str, fp: dict) -> None:

@@ -71,13 +71,21 @@ def test_smoke_preset_end_to_end(tmp_path):
     assert r["steps"] == cfg.steps and r["params"] > 0 and r["train_seconds"] > 0
     assert 0 <= r["val_bleu"] <= 100 and 0 <= r["test_bleu"] <= 100
     assert set(r["diagnostics"]) == {"logit_std", "entropy", "saturated", "grad_norm"}
+    assert 1.0 <= r["val_ppl"] < 1000
   # The copy task is learnable: BLEU > 0 for every run.
   assert min(r["test_bleu"] for r in rows) > 0
   table = open(os.path.join(workdir, "table.md")).read()
   assert "| dim |" in table and table in proc.stdout
   for d in cfg.dims:
     assert f"| {d} |" in table
-  for name in ["ablation.png", "diagnostics.png"] + [
+  assert "Validation perplexity" in table
+  assert "multiplicative − additive" in table and "approximate randomisation" in table
+  translations = json.load(open(os.path.join(
+      workdir, "runs", f"{cfg.arms[0]}_d{cfg.dims[0]}", "test_translations.json")))
+  assert len(translations["hypotheses"]) == cfg.seeds
+  assert all(len(h) == len(translations["references"]) == cfg.test_examples
+             for h in translations["hypotheses"])
+  for name in ["ablation.png", "diagnostics.png", "validation.png"] + [
       f"attention_{a}_{d}.png" for a in cfg.arms for d in cfg.dims]:
     with open(os.path.join(workdir, name), "rb") as f:
       assert f.read(4) == b"\x89PNG", name
@@ -85,6 +93,10 @@ def test_smoke_preset_end_to_end(tmp_path):
   logged = [json.loads(l) for l in open(metrics)]
   diag_steps = sorted({r["step"] for r in logged if "logit_std" in r})
   assert diag_steps == list(range(cfg.diag_every, cfg.steps + 1, cfg.diag_every))
+  evals = [r for r in logged if "val_bleu" in r]
+  assert sorted({r["step"] for r in evals}) == list(
+      range(cfg.eval_every, cfg.steps + 1, cfg.eval_every))
+  assert all(1.0 <= r["val_ppl"] < 1000 for r in evals)
   # Re-running a finished sweep trains nothing and changes nothing.
   before = open(os.path.join(workdir, "results.jsonl")).read()
   again = _driver("ablation", "--preset=smoke", f"--workdir={workdir}")
@@ -125,3 +137,19 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
     path = os.path.join(workdir, "runs", "additive_d8", "metrics.jsonl")
     return [json.dumps(r, sort_keys=True) for r in map(json.loads, open(path))]
   assert sorted(log(killed)) == sorted(log(straight))
+
+
+def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_path):
+  """`--workers=2` (each pair in its own single-threaded process) gives the
+  results of training the pairs one after another in the driver."""
+  flags = ["--preset=smoke", "--arms=additive,multiplicative", "--dims=8", "--steps=40",
+           "--eval_every=20", "--checkpoint_every=20", "--diag_every=20"]
+  serial, parallel = str(tmp_path / "serial"), str(tmp_path / "parallel")
+  one = _driver("ablation", *flags, f"--workdir={serial}")
+  assert one.returncode == 0, one.stderr[-3000:]
+  two = _driver("ablation", *flags, "--workers=2", f"--workdir={parallel}")
+  assert two.returncode == 0, two.stderr[-3000:]
+  assert len(_rows(parallel)) == 4
+  assert _numbers(_rows(parallel)) == _numbers(_rows(serial))
+  assert open(os.path.join(parallel, "table.md")).read() == open(
+      os.path.join(serial, "table.md")).read()

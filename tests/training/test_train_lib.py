@@ -50,6 +50,48 @@ def test_token_loss_ignores_padding():
   assert float(loss) == pytest.approx(float(np.mean(picked)), rel=1e-6)
 
 
+def test_token_loss_label_smoothing_matches_smoothed_one_hot_cross_entropy():
+  logits = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 6)) * 3
+  targets = np.array([[3, 4, 1], [5, 1, 0]])
+  eps = 0.1
+  logp = np.asarray(jax.nn.log_softmax(logits), np.float64)
+  want = []
+  for b in range(2):
+    for t in range(3):
+      if targets[b, t]:
+        q = np.full(6, eps / 6)  # optax.smooth_labels: (1 - eps) * onehot + eps / V
+        q[targets[b, t]] += 1 - eps
+        want.append(-(q * logp[b, t]).sum())
+  loss, _ = train_lib.token_loss(logits, targets, pad_id=0, label_smoothing=eps)
+  assert float(loss) == pytest.approx(np.mean(want), rel=1e-6)
+
+
+def test_perplexity_is_exp_of_token_nll_over_the_whole_split():
+  """The trainer's perplexity against a hand computation from the model's
+  own teacher-forced log-probabilities, batch by batch over the split."""
+  cfg = _cfg()
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  trainer = train_lib.EnsembleTrainer(cfg, "additive", 8, data, (0, 1))
+  ppl = trainer.perplexity(trainer.params, "validation")
+  assert ppl.shape == (2,)
+  nll, ntok, rows = np.zeros(2), 0, 0
+  for batch in data.batches("validation", 7, shuffle=False):  # another batch size on purpose
+    tgt_in = train_lib.decoder_input(batch.tgt, 2, 0)
+    for e in range(2):
+      logits, _ = trainer._apply(jax.tree.map(lambda x: x[e], trainer.params),
+                                 jax.tree.map(lambda x: x[e], trainer.rest),
+                                 batch.src, tgt_in)
+      logp = np.asarray(jax.nn.log_softmax(logits), np.float64)
+      for b, t in zip(*np.nonzero(batch.tgt)):
+        nll[e] -= logp[b, t, batch.tgt[b, t]]
+    ntok += int((batch.tgt != 0).sum())
+    rows += batch.num_real
+  assert rows == data.num_examples("validation")  # every sentence once
+  np.testing.assert_allclose(ppl, np.exp(nll / ntok), rtol=1e-5)
+  # an untrained model is close to uniform over the vocabulary
+  assert 0.5 * trainer.tok.vocab_size < ppl.min() and ppl.max() < 2 * trainer.tok.vocab_size
+
+
 def test_decoder_input_shifts_right_and_keeps_filler_rows_empty():
   tgt = np.array([[7, 8, 1, 0], [0, 0, 0, 0]])
   out = train_lib.decoder_input(tgt, sos_id=2, pad_id=0)

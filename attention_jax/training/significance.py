@@ -1,0 +1,80 @@
+"""Is an arm's BLEU different from the baseline's? Paired tests over test sentences.
+
+The test is sacrebleu's paired approximate randomisation (Riezler & Maxwell
+2005; sacrebleu's default paired test): for each trial every test sentence's
+pair of hypotheses is swapped between the two systems with probability 1/2
+and the corpus-BLEU difference recomputed; p is the share of trials whose
+|difference| exceeds the observed one (with sacrebleu's +1 correction).
+
+Why over sentences and not over seeds: the quick ablation has 2 seeds per
+arm, and a test over 2 values per arm has almost no power; the sentence-level
+test asks whether the observed difference could come from which sentences
+happen to be in the test set. Seed-to-seed spread is reported separately
+(the ± std of the table). Each seed of an arm is paired with the baseline's
+run of the *same* seed (same data order); the reported p is the largest over
+the seed pairs, so "p < 0.05" means every seed pair is significant.
+
+Two identical outputs have no difference to test: sacrebleu's counting
+(strictly greater, then +1) returns its minimum p = 1/(trials + 1) there;
+`paired_test` returns p = 1 instead.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+from sacrebleu.metrics import BLEU
+from sacrebleu.significance import PairedTest
+
+# Trials per test: sacrebleu's default for approximate randomisation.
+TRIALS = 10_000
+
+
+def paired_test(baseline: Sequence[str], system: Sequence[str],
+                references: Sequence[str], trials: int = TRIALS) -> dict[str, float]:
+  """BLEU of both systems, their difference and the AR p-value.
+
+  Args:
+    baseline, system: detokenised hypotheses, one per reference.
+    references: detokenised references.
+    trials: approximate-randomisation trials.
+
+  Returns:
+    dict with `baseline`, `system` (corpus BLEU), `delta` (= system − baseline)
+    and `p`.
+  """
+  if not len(baseline) == len(system) == len(references) or not references:
+    raise ValueError(
+        f"`baseline`, `system` and `references` must hold the same positive number of "
+        f"lines, got {len(baseline)}, {len(system)} and {len(references)}.")
+  if trials < 1:
+    raise ValueError(f"`trials` must be >= 1, got {trials}.")
+  _, results = PairedTest([("baseline", list(baseline)), ("system", list(system))],
+                          {"BLEU": BLEU()}, [list(references)], test_type="ar",
+                          n_samples=trials)()
+  base, other = results["BLEU"]
+  p = 1.0 if list(baseline) == list(system) else float(other.p_value)
+  return {"baseline": float(base.score), "system": float(other.score),
+          "delta": float(other.score - base.score), "p": p}
+
+
+def compare_runs(baseline: dict, system: dict, trials: int = TRIALS) -> dict[str, float]:
+  """Seed-paired tests of two runs' stored test translations.
+
+  Args:
+    baseline, system: `{"references": [N], "hypotheses": [E][N]}` as the
+      trainer stores them, with the same references and seed order.
+
+  Returns:
+    dict with `delta` (mean over seed pairs of the BLEU difference),
+    `p_max` (largest p over the pairs) and `p` (the list, one per pair).
+  """
+  if list(baseline["references"]) != list(system["references"]):
+    raise ValueError("the two runs were scored on different references.")
+  pairs = list(zip(baseline["hypotheses"], system["hypotheses"]))
+  if not pairs:
+    raise ValueError("no seed pairs to compare.")
+  tests = [paired_test(b, s, baseline["references"], trials) for b, s in pairs]
+  return {"delta": float(np.mean([t["delta"] for t in tests])),
+          "p_max": max(t["p"] for t in tests), "p": [t["p"] for t in tests]}

@@ -1,0 +1,61 @@
+"""Paired approximate randomisation between two systems' test translations."""
+
+import random
+
+import pytest
+
+from attention_jax.training import significance
+
+_WORDS = "el de la que y a en los se del las un por con no una su para es al lo como".split()
+
+
+def _systems(n=300, seed=0):
+  rng = random.Random(seed)
+  refs = [" ".join(rng.choice(_WORDS) for _ in range(20)) for _ in range(n)]
+
+  def noisy(keep):  # keeps each reference word with probability `keep`
+    return [" ".join(w if rng.random() < keep else rng.choice(_WORDS) for w in r.split())
+            for r in refs]
+
+  return refs, noisy
+
+
+def test_known_difference_is_significant():
+  refs, noisy = _systems()
+  good, bad = noisy(0.8), noisy(0.4)
+  out = significance.paired_test(good, bad, refs, trials=2000)
+  assert out["delta"] == pytest.approx(out["system"] - out["baseline"])
+  assert out["delta"] < -10
+  assert out["p"] < 0.001
+
+
+def test_identical_systems_are_not_different():
+  refs, noisy = _systems()
+  hyp = noisy(0.6)
+  out = significance.paired_test(hyp, list(hyp), refs, trials=500)
+  assert out["delta"] == 0.0 and out["p"] == 1.0
+
+
+def test_two_draws_of_the_same_quality_are_not_significant():
+  refs, noisy = _systems(seed=3)
+  out = significance.paired_test(noisy(0.6), noisy(0.6), refs, trials=2000)
+  assert abs(out["delta"]) < 3
+  assert out["p"] > 0.05
+
+
+def test_compare_runs_pairs_seeds_and_reports_the_largest_p():
+  refs, noisy = _systems()
+  base = {"references": refs, "hypotheses": [noisy(0.8), noisy(0.8)]}
+  same = {"references": refs, "hypotheses": [base["hypotheses"][0], noisy(0.4)]}
+  out = significance.compare_runs(base, same, trials=500)
+  assert out["p"][0] == 1.0 and out["p"][1] < 0.01  # seed 0 identical, seed 1 worse
+  assert out["p_max"] == 1.0
+  assert out["delta"] < -5
+
+
+def test_bad_inputs_are_named():
+  with pytest.raises(ValueError, match="same positive number"):
+    significance.paired_test(["a"], ["a", "b"], ["a"])
+  with pytest.raises(ValueError, match="different references"):
+    significance.compare_runs({"references": ["a"], "hypotheses": [["a"]]},
+                              {"references": ["b"], "hypotheses": [["a"]]})
