@@ -150,6 +150,11 @@ def _fused(query, keys, values, mask, scale, implementation):
     if any(s != 1 for s in batch_m):
       m = jnp.broadcast_to(m, batch + m.shape[len(batch):])
     m = m.reshape((-1 if batch_m else 1, head_m) + m.shape[-2:])
+    if implementation == "cudnn":
+      # cuDNN takes the mask as a bias that must span both sequence axes;
+      # a [B, 1, 1, Tk] padding mask otherwise fails with "Bias must have
+      # same seq length as QKV" (jax-ml/jax#28974).
+      m = jnp.broadcast_to(m, m.shape[:2] + (tq, tk))
   out = None
   if implementation == "auto" and _cudnn_applies(q, m):
     try:

@@ -1,0 +1,122 @@
+"""GPU checks, run by `scripts/gpu_run.sh check` (`pytest -m gpu tests/gpu`).
+
+Skipped wherever JAX sees no GPU, so the CPU suite stays green. What they
+establish on an NVIDIA GPU:
+- `attention(..., implementation="cudnn")` and `"auto"` equal the plain path
+  (scores + float32 softmax) forward and backward: unmasked, causal and
+  padding masks, including the broadcast mask shapes `[B, 1, 1, Tk]` of
+  jax-ml/jax#28974, in bfloat16 and float16, head sizes 64 and 128;
+- `auto` really lowers to the cuDNN fused kernel where it says it does;
+- one bfloat16 training step of each model family is finite and close to the
+  float32 step from the same initialisation;
+- the vmapped seed ensemble equals separate runs on the GPU.
+
+Shapes: q, k, v `[B, H, T, D]`; masks broadcastable to `[B, H, Tq, Tk]`.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import attention_jax as aj
+from attention_jax import masks
+from attention_jax.data import input_pipeline
+from attention_jax.training import config, train_lib
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs an NVIDIA GPU"),
+]
+
+B, H, T = 2, 4, 256
+# Half-precision outputs against the float32-softmax plain path: the two
+# kernels round differently (bf16 has 8 mantissa bits: 2^-8 = 0.004 relative).
+ATOL = {jnp.bfloat16: 3e-2, jnp.float16: 5e-3}
+
+
+def _qkv(dtype, d, seed=0):
+  keys = jax.random.split(jax.random.PRNGKey(seed), 3)
+  return [jax.random.normal(k, (B, H, T, d), jnp.float32).astype(dtype) for k in keys]
+
+
+def _masks():
+  lengths = jnp.array([T, T // 3])
+  valid = jnp.arange(T)[None, :] < lengths[:, None]                # [B, Tk]
+  return {
+      "none": None,
+      "causal": masks.causal(T),                                    # [T, T]
+      "padding_b11k": valid[:, None, None, :],                      # [B, 1, 1, Tk] (#28974)
+      "padding_bhqk": jnp.broadcast_to(valid[:, None, None, :], (B, H, T, T)),
+  }
+
+
+def _run(implementation, q, k, v, mask):
+  def loss(q, k, v):
+    out = aj.attention(q, k, v, score="scaled_dot", mask=mask, implementation=implementation)
+    return jnp.sum(out.astype(jnp.float32) ** 2), out
+
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  return out, grads
+
+
+@pytest.mark.parametrize("mask_name", list(_masks()))
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("implementation", ["cudnn", "auto"])
+def test_fused_paths_equal_plain(implementation, dtype, d, mask_name):
+  q, k, v = _qkv(dtype, d)
+  mask = _masks()[mask_name]
+  out, grads = _run(implementation, q, k, v, mask)
+  want, want_grads = _run("plain", q, k, v, mask)
+  assert out.dtype == dtype
+  np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32),
+                             atol=ATOL[dtype])
+  for name, g, w in zip("qkv", grads, want_grads):
+    g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+    assert np.all(np.isfinite(g)), name
+    # gradients scale with the loss (a sum over B·H·T·D outputs): compare relative to their size
+    np.testing.assert_allclose(g, w, atol=ATOL[dtype] * np.abs(w).max(), err_msg=name)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_auto_lowers_to_cudnn_flash_attention_without_mask(d):
+  q, k, v = _qkv(jnp.bfloat16, d)
+  fn = jax.jit(lambda q, k, v: aj.attention(q, k, v, implementation="auto"))
+  hlo = fn.lower(q, k, v).compile().as_text()
+  assert "cudnn" in hlo.lower() and "fmha" in hlo.lower()
+
+
+def _one_step(model, arm, dim, dtype, seeds=(0,), steps=1, precision=None):
+  cfg = config.from_preset("smoke", model=model, arms=(arm,), dims=(dim,), dtype=dtype,
+                           dropout=0.0)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  with jax.default_matmul_precision(precision or "default"):
+    trainer = train_lib.EnsembleTrainer(cfg, arm, dim, data, seeds)
+    batches = trainer._train_batches(0)
+    losses = np.stack([trainer.train_step(next(batches), s) for s in range(steps)])
+  return trainer, losses
+
+
+@pytest.mark.parametrize("model,arm", [("rnn", "additive"), ("rnn", "multiplicative"),
+                                       ("transformer", "scaled_dot")])
+def test_bfloat16_training_step_is_finite_and_close_to_float32(model, arm):
+  t16, l16 = _one_step(model, arm, 32, "bfloat16", steps=3)
+  t32, l32 = _one_step(model, arm, 32, "float32", steps=3)
+  assert np.all(np.isfinite(l16))
+  for leaf in jax.tree.leaves(t16.params):
+    assert leaf.dtype == jnp.float32 and np.all(np.isfinite(np.asarray(leaf)))
+  # the first loss is computed from identical parameters: only bf16 rounding differs
+  np.testing.assert_allclose(l16[0], l32[0], rtol=2e-2)
+  np.testing.assert_allclose(l16, l32, rtol=5e-2)
+
+
+def test_vmapped_ensemble_equals_separate_runs_on_gpu():
+  # "highest": float32 matmuls without TF32, so batching cannot change the rounding.
+  joint, joint_losses = _one_step("rnn", "additive", 8, "float32", seeds=(0, 1), steps=3,
+                                  precision="highest")
+  alone, losses = _one_step("rnn", "additive", 8, "float32", seeds=(1,), steps=3,
+                            precision="highest")
+  np.testing.assert_allclose(joint_losses[:, 1], losses[:, 0], rtol=1e-5, atol=1e-6)
+  for a, b in zip(jax.tree.leaves(joint.params), jax.tree.leaves(alone.params)):
+    np.testing.assert_allclose(np.asarray(a)[1], np.asarray(b)[0], rtol=1e-4, atol=1e-6)
