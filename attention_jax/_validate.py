@@ -45,6 +45,26 @@ def integer(x, name: str) -> None:
         f"`{name}` must be an integer array, got dtype {jnp.result_type(x)}.")
 
 
+def as_float(x, name: str):
+  """`x` as an array; integer and bool arrays are promoted to float32.
+
+  Attention is real-valued: integer inputs would truncate the `1/√d` scale and
+  the softmax weights to 0 (issue 12), so every public function computes on
+  float32 copies of integer arguments instead. Float dtypes are kept.
+  """
+  x = jnp.asarray(x)
+  if jnp.issubdtype(x.dtype, jnp.complexfloating):
+    raise TypeError(f"`{name}` must be real, got dtype {x.dtype}.")
+  if not jnp.issubdtype(x.dtype, jnp.floating):
+    x = x.astype(jnp.float32)
+  return x
+
+
+def nonempty_axis(x, name: str, axis: int, what: str) -> None:
+  if jnp.shape(x)[axis] == 0:
+    raise ValueError(f"`{name}` has an empty {what} axis: shape {tuple(jnp.shape(x))}.")
+
+
 def positive_int(x, name: str) -> int:
   if isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, np.integer)):
     raise TypeError(f"`{name}` must be a Python int, got {x!r} ({type(x).__name__}).")

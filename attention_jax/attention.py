@@ -64,9 +64,10 @@ def attend(scores: jax.Array, values: jax.Array, mask: jax.Array | None = None):
   forward and the backward pass free of NaN (masked logits are replaced by a
   finite value *before* `exp`, so no `0 * inf` appears in the gradient).
   """
-  scores, values = jnp.asarray(scores), jnp.asarray(values)
+  scores, values = _validate.as_float(scores, "scores"), _validate.as_float(values, "values")
   _validate.rank_at_least(scores, "scores", 2)
   _validate.rank_at_least(values, "values", 2)
+  _validate.nonempty_axis(scores, "scores", -1, "key (Tk)")
   _validate.same_size(scores.shape[-1], values.shape[-2], "scores (Tk axis)",
                       "values (Tk axis)", scores.shape, values.shape)
   _validate.broadcast_shapes({"scores (leading axes)": scores.shape[:-2],
@@ -192,10 +193,7 @@ def _blockwise_operands(score, query, keys, params):
     if query.shape[-1] != keys.shape[-1] or (beta.ndim and beta.shape[-1] != 1):
       return None
 
-    def unit(x):
-      sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
-      return x * jax.lax.rsqrt(jnp.maximum(sq, 1e-12)).astype(x.dtype)
-
+    unit = scores_lib.unit_vectors
     return beta.astype(query.dtype) * unit(query), unit(keys), 1.0
   return None
 
@@ -228,13 +226,19 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
 
   Returns:
     context `[..., Tq, dv]` in the values' dtype, or `(context, weights)`.
+    Integer / bool inputs are promoted to float32 first; a feature axis of
+    size 0 or no keys (Tk = 0) is a ValueError naming the argument.
   """
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(
         f"`implementation` must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
-  query, keys, values = map(jnp.asarray, (query, keys, values))
+  query, keys, values = (_validate.as_float(x, n)
+                         for x, n in ((query, "query"), (keys, "keys"), (values, "values")))
   for name, x in (("query", query), ("keys", keys), ("values", values)):
     _validate.rank_at_least(x, name, 2)
+  _validate.nonempty_axis(query, "query", -1, "feature")
+  _validate.nonempty_axis(keys, "keys", -1, "feature")
+  _validate.nonempty_axis(keys, "keys", -2, "key (Tk)")
   # jax.nn.dot_product_attention needs one feature size for q, k and v.
   fusable = (score in ("dot", "scaled_dot") and not return_weights
              and query.shape[-1] == keys.shape[-1] == values.shape[-1])
@@ -268,5 +272,9 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   if fusable and implementation != "plain" and not on_cpu_auto:
     scale = 1.0 if score == "dot" else None
     return _fused(query, keys, values, mask, scale, implementation)
+  if query.dtype == jnp.float16 or keys.dtype == jnp.float16:
+    # float16 tops out at 65504: scores beyond it would be inf and the softmax
+    # NaN, where the fused and blockwise kernels (float32 logits) stay finite.
+    query, keys = query.astype(jnp.float32), keys.astype(jnp.float32)
   context, weights = attend(compute_scores(score, query, keys, params), values, mask)
   return (context, weights) if return_weights else context

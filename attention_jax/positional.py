@@ -24,6 +24,9 @@ def sinusoidal(length: int, dim: int, max_timescale: float = 10000.0) -> jax.Arr
   """
   length = _validate.positive_int(length, "length")
   dim = _validate.positive_int(dim, "dim")
+  if not (isinstance(max_timescale, (int, float, np.integer, np.floating))
+          and np.isfinite(max_timescale) and max_timescale > 0):
+    raise ValueError(f"`max_timescale` must be a finite number > 0, got {max_timescale!r}.")
   pos = np.arange(length, dtype=np.float64)[:, None]  # [T, 1]
   pair = np.arange(dim) // 2  # [D] frequency index i of each feature
   angle = pos / np.power(max_timescale, 2.0 * pair / dim)  # [T, D]

@@ -9,6 +9,12 @@ with the leading (batch, head, ...) axes broadcast against each other.
 
 Shape glossary: Tq query length, Tk key length, dq / dk feature sizes,
 a attention (projection) dimension.
+
+Dtypes: float inputs keep their dtype; integer and bool inputs are promoted
+to float32 (`_validate.as_float`). A feature axis of size 0 is a ValueError.
+Inputs so large that `qᵀk` overflows (e.g. |q|, |k| ~ 1e30 in float32) give
+inf scores; `attention` then returns NaN context for those rows, on every
+implementation — scale such inputs first (or use `cosine`).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import jax.numpy as jnp
 from attention_jax import _validate
 
 __all__ = ["dot", "scaled_dot", "general", "additive", "additive_naive",
-           "cosine", "SCORE_NAMES"]
+           "additive_projected", "cosine", "unit_vectors", "SCORE_NAMES"]
 
 SCORE_NAMES = ("dot", "scaled_dot", "general", "additive", "cosine")
 
@@ -34,6 +40,8 @@ _ADDITIVE_BLOCK_ELEMENTS = 2 ** 22
 def _check_qk(q, k, same_dim: bool):
   _validate.rank_at_least(q, "q", 2)
   _validate.rank_at_least(k, "k", 2)
+  _validate.nonempty_axis(q, "q", -1, "feature")
+  _validate.nonempty_axis(k, "k", -1, "feature")
   if same_dim:
     _validate.same_size(q.shape[-1], k.shape[-1], "q", "k", q.shape, k.shape)
   _validate.broadcast_shapes({"q (leading axes)": q.shape[:-2],
@@ -42,28 +50,33 @@ def _check_qk(q, k, same_dim: bool):
 
 def dot(q: jax.Array, k: jax.Array) -> jax.Array:
   """Luong dot score `qᵀk`. q `[..., Tq, d]`, k `[..., Tk, d]` -> `[..., Tq, Tk]`."""
-  q, k = jnp.asarray(q), jnp.asarray(k)
+  q, k = _validate.as_float(q, "q"), _validate.as_float(k, "k")
   _check_qk(q, k, same_dim=True)
   return jnp.matmul(q, jnp.swapaxes(k, -1, -2))  # [..., Tq, Tk]
 
 
 def scaled_dot(q: jax.Array, k: jax.Array) -> jax.Array:
   """Vaswani scaled dot `qᵀk / √d` with d = q.shape[-1]."""
-  q = jnp.asarray(q)
-  scale = 1.0 / math.sqrt(q.shape[-1]) if q.ndim else 1.0
+  q = _validate.as_float(q, "q")
+  _validate.rank_at_least(q, "q", 2)
+  _validate.nonempty_axis(q, "q", -1, "feature")
+  scale = 1.0 / math.sqrt(q.shape[-1])
   # Scaling the (smaller) query instead of the scores keeps the op count at Tq·d.
   return dot(q * jnp.asarray(scale, q.dtype), k)  # [..., Tq, Tk]
 
 
 def general(q: jax.Array, k: jax.Array, w: jax.Array) -> jax.Array:
   """Luong general (bilinear) score `q W kᵀ`, with `w [dq, dk]`."""
-  q, k, w = jnp.asarray(q), jnp.asarray(k), jnp.asarray(w)
+  q, k, w = (_validate.as_float(x, n) for x, n in ((q, "q"), (k, "k"), (w, "w")))
   _check_qk(q, k, same_dim=False)
   if w.ndim != 2 or w.shape != (q.shape[-1], k.shape[-1]):
     raise ValueError(
         f"`w` must have shape (dq, dk) = {(q.shape[-1], k.shape[-1])} for q "
         f"{tuple(q.shape)} and k {tuple(k.shape)}, got {tuple(w.shape)}.")
   return jnp.matmul(q @ w, jnp.swapaxes(k, -1, -2))  # [..., Tq, Tk]
+
+
+_ADDITIVE_ARGS = ("q", "k", "w_q", "w_k", "v")
 
 
 def _check_additive(q, k, w_q, w_k, v):
@@ -90,7 +103,7 @@ def additive_projected(q_proj: jax.Array, k_proj: jax.Array, v: jax.Array) -> ja
 
 def additive_naive(q, k, w_q, w_k, v) -> jax.Array:
   """Additive score formed in one `[..., Tq, Tk, a]` tensor (the reference)."""
-  q, k, w_q, w_k, v = map(jnp.asarray, (q, k, w_q, w_k, v))
+  q, k, w_q, w_k, v = (_validate.as_float(x, n) for x, n in zip((q, k, w_q, w_k, v), _ADDITIVE_ARGS))
   _check_additive(q, k, w_q, w_k, v)
   return additive_projected(q @ w_q, k @ w_k, v)  # [..., Tq, Tk]
 
@@ -117,7 +130,7 @@ def additive(q: jax.Array, k: jax.Array, w_q: jax.Array, w_k: jax.Array,
   and the backward recomputes each chunk's block instead of storing all of
   them, so memory grows with `Tq·Tk` (the output) rather than `Tq·Tk·a`.
   """
-  q, k, w_q, w_k, v = map(jnp.asarray, (q, k, w_q, w_k, v))
+  q, k, w_q, w_k, v = (_validate.as_float(x, n) for x, n in zip((q, k, w_q, w_k, v), _ADDITIVE_ARGS))
   _check_additive(q, k, w_q, w_k, v)
   budget = _ADDITIVE_BLOCK_ELEMENTS if block_elements is None else block_elements
   q_proj = q @ w_q  # [..., Tq, a]
@@ -142,25 +155,38 @@ def additive(q: jax.Array, k: jax.Array, w_q: jax.Array, w_k: jax.Array,
   return out[..., :tq, :]  # [..., Tq, Tk]
 
 
+def unit_vectors(x: jax.Array, eps: float = 1e-6) -> jax.Array:
+  """`x / max(‖x‖, eps)` along the last axis, without overflow or underflow.
+
+  The norm is taken of `x / max|x|` and scaled back, so a vector of norm 1e20
+  (whose squares overflow float32) still comes out with unit norm; the sum of
+  squares is accumulated in float32. A vector of norm below `eps` is divided
+  by `eps`, so a zero vector stays zero and its gradient finite.
+  """
+  x32 = x.astype(jnp.float32)
+  peak = jnp.max(jnp.abs(x32), axis=-1, keepdims=True)
+  peak = jax.lax.stop_gradient(jnp.where(peak > 0, peak, 1.0))  # the norm is scale-equivariant
+  sq = jnp.sum(jnp.square(x32 / peak), axis=-1, keepdims=True)  # >= 1 unless x = 0
+  # peak · sqrt(max(sq, (eps/peak)²)) = max(‖x‖, eps), with no sqrt'(0) = inf
+  # in the gradient of a zero vector.
+  norm = peak * jnp.sqrt(jnp.maximum(sq, jnp.square(eps / peak)))
+  return (x32 / norm).astype(x.dtype)
+
+
 def cosine(q: jax.Array, k: jax.Array, beta=1.0) -> jax.Array:
   """Content-based (Graves NTM) score `β · qᵀk / (‖q‖‖k‖)`.
 
   `beta` is a scalar or an array broadcastable to the scores `[..., Tq, Tk]`
   (e.g. a per-query key strength `[..., Tq, 1]`). A zero vector has cosine 0
   with everything, and its gradient stays finite: norms are clamped at 1e-6
-  rather than divided by exactly.
+  rather than divided by exactly. Norms are computed scale-safely
+  (`unit_vectors`): two parallel vectors of size 1e20 have cosine 1.
   """
-  q, k = jnp.asarray(q), jnp.asarray(k)
+  q, k = _validate.as_float(q, "q"), _validate.as_float(k, "k")
   _check_qk(q, k, same_dim=True)
-  beta = jnp.asarray(beta)
+  beta = _validate.as_float(beta, "beta")
   out_shape = _validate.broadcast_shapes({
       "q (leading axes)": q.shape[:-2], "k (leading axes)": k.shape[:-2]
   }) + (q.shape[-2], k.shape[-2])
   _validate.broadcast_shapes({"beta": beta.shape, "scores": out_shape})
-  eps = 1e-6
-
-  def unit(x):
-    sq = jnp.sum(jnp.square(x.astype(jnp.float32)), axis=-1, keepdims=True)
-    return (x * jax.lax.rsqrt(jnp.maximum(sq, eps * eps)).astype(x.dtype))
-
-  return beta.astype(q.dtype) * dot(unit(q), unit(k))  # [..., Tq, Tk]
+  return beta.astype(q.dtype) * dot(unit_vectors(q), unit_vectors(k))  # [..., Tq, Tk]

@@ -413,3 +413,42 @@ def test_attention_rejects_bad_options(raises_at_trace):
                   ValueError, "implementation='xla'", "score='general'")
   raises_at_trace(lambda q, k, v: aj.attention(q, k, v[:, :3], implementation="xla"), args,
                   ValueError, "implementation='xla'", "v (5, 3)")
+
+
+def test_integer_inputs_give_the_float_result():
+  # issue 12: int32 inputs used to truncate the scale and the weights to 0
+  q, k, v = jnp.ones((1, 2, 4), jnp.int32), jnp.ones((1, 3, 4), jnp.int32), jnp.full(
+      (1, 3, 4), 7, jnp.int32)
+  for implementation in ("plain", "xla", "blockwise", "auto"):
+    out = aj.attention(q, k, v, implementation=implementation)
+    assert out.dtype == jnp.float32
+    np.testing.assert_allclose(np.asarray(out), 7.0, rtol=1e-6, err_msg=implementation)
+  context, weights = aj.attend(jnp.ones((2, 3), jnp.int32), jnp.full((3, 2), 7, jnp.int32))
+  np.testing.assert_allclose(np.asarray(weights), 1 / 3, rtol=1e-6)
+  np.testing.assert_allclose(np.asarray(context), 7.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("tk", [16, 600])  # below and above auto's blockwise switch on CPU
+def test_float16_scores_beyond_its_range_are_finite_on_every_path(tk):
+  # q·k = 8 · 120 · 100 = 96,000 > float16 max 65,504
+  q = jnp.full((1, 4, 8), 120.0, jnp.float16)
+  k = jnp.full((1, tk, 8), 100.0, jnp.float16)
+  v = jnp.asarray(np.random.default_rng(0).normal(size=(1, tk, 8)), jnp.float16)
+  want = np.asarray(v, np.float32).mean(axis=1)  # equal scores: uniform weights
+  for implementation in ("plain", "xla", "blockwise", "auto"):
+    out = np.asarray(aj.attention(q, k, v, score="dot", implementation=implementation),
+                     np.float32)
+    assert np.all(np.isfinite(out)), implementation
+    np.testing.assert_allclose(out[0], np.broadcast_to(want, (4, 8)), atol=2e-3,
+                               err_msg=implementation)
+
+
+@pytest.mark.parametrize("implementation", ["plain", "xla", "blockwise", "auto"])
+def test_empty_axes_are_named_errors_at_trace_time(implementation, raises_at_trace):
+  run = functools.partial(aj.attention, implementation=implementation)
+  raises_at_trace(run, [np.ones((2, 0)), np.ones((3, 0)), np.ones((3, 0))], ValueError,
+                  "`query`", "empty feature axis", "(2, 0)")
+  raises_at_trace(run, [np.ones((2, 4)), np.ones((0, 4)), np.ones((0, 4))], ValueError,
+                  "`keys`", "empty key (Tk) axis", "(0, 4)")
+  raises_at_trace(lambda s, v: aj.attend(s, v, jnp.ones((2, 0), bool)),
+                  [np.ones((2, 0)), np.ones((0, 4))], ValueError, "`scores`", "(2, 0)")

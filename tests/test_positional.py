@@ -139,3 +139,9 @@ def test_learned_rejects_bad_arguments(raises_at_trace):
   raises_at_trace(lambda t: positional.learned(t, 3, 6), (table,), ValueError, "`offset` 6")
   raises_at_trace(lambda t: positional.learned(t, 3, -1), (table,), ValueError, "`offset` -1")
   raises_at_trace(lambda t: positional.learned(t, 0), (table,), ValueError, "`length`")
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "10000"])
+def test_sinusoidal_rejects_a_bad_max_timescale(bad):
+  with pytest.raises(ValueError, match="max_timescale"):
+    positional.sinusoidal(4, 4, max_timescale=bad)

@@ -304,3 +304,38 @@ def test_bad_input_under_jit_is_a_python_error_not_xla():
   q, k = jnp.zeros((2, 5, 3)), jnp.zeros((2, 6, 4))
   with pytest.raises(ValueError, match="`q` and `k`"):
     jax.jit(scores.dot)(q, k)
+
+
+@pytest.mark.parametrize("size", [1e30, 1e20, 1.0, 1e-3])
+def test_cosine_is_scale_safe(size):
+  # squares of 1e20 and 1e30 overflow float32; cosine must not care
+  q = jnp.full((1, 3), size, jnp.float32)
+  k = jnp.asarray([[size, size, size], [size, -size, 0.0]], jnp.float32)
+  out = np.asarray(scores.cosine(q, k))
+  np.testing.assert_allclose(out, [[1.0, 0.0]], atol=1e-6)
+
+
+def test_cosine_of_tiny_vectors_keeps_the_norm_clamp():
+  # below the 1e-6 norm clamp the vector is divided by 1e-6, not normalised
+  q = jnp.full((1, 4), 1e-9, jnp.float32)
+  np.testing.assert_allclose(np.asarray(scores.cosine(q, q)), [[4e-6]], rtol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["dot", "scaled_dot", "cosine"])
+def test_integer_inputs_are_promoted_to_float32(name):
+  q = np.array([[1, 2], [3, 4]], np.int32)
+  k = np.array([[1, 0], [2, 1]], np.int32)
+  out = getattr(scores, name)(q, k)
+  want = getattr(scores, name)(q.astype(np.float32), k.astype(np.float32))
+  assert out.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-6)
+  assert np.abs(np.asarray(out)).min() > 0  # no truncation to int (issue 12: zeros)
+
+
+@pytest.mark.parametrize("name", ["dot", "scaled_dot", "cosine", "general"])
+def test_empty_feature_axis_is_a_named_error(name, raises_at_trace):
+  args = [np.ones((2, 0), np.float32), np.ones((3, 0), np.float32)]
+  if name == "general":
+    args.append(np.ones((0, 0), np.float32))
+  raises_at_trace(getattr(scores, name), args, ValueError, "`q`", "empty feature axis",
+                  "(2, 0)")
