@@ -25,7 +25,7 @@ def main(argv):
     sys.exit("error: `--run` (at least one) and `--out` are required.")
   runs = {}
   for spec in FLAGS.run:
-    label, sep, path = spec.partition("=")
+    label, sep, path = spec.rpartition("=")  # the label may contain "="
     if not sep or not label:
       sys.exit(f"error: `--run` must be LABEL=PATH, got {spec!r}.")
     if not os.path.isfile(path):

@@ -32,12 +32,16 @@ def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],
   The std is the sample standard deviation (ddof=1) as in Britz et al.; with a
   single seed it is shown as 0. `best` picks the bracketed value (max for
   BLEU, min for perplexity). The params column lists each arm's count when
-  they differ.
+  they differ. Seeds whose run diverged (`diverged_at_step`) count in no mean
+  and are marked in the cell.
   """
   cells = collections.defaultdict(list)
+  diverged = collections.Counter()
   counts = collections.defaultdict(set)
   for r in rows:
-    if r.get(metric) is not None:
+    if r.get("diverged_at_step"):
+      diverged[(r["arm"], r["dim"])] += 1
+    elif r.get(metric) is not None:
       cells[(r["arm"], r["dim"])].append(r[metric])
     counts[r["dim"]].add((r["arm"], r["params"]))
   tail = " params |" if params else ""
@@ -47,11 +51,14 @@ def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],
     row = []
     for a in arms:
       vals = np.asarray(cells.get((a, d), []), np.float64)
+      n_div = diverged[(a, d)]
+      mark = f"diverged ({n_div} of {n_div + vals.size} seeds)" if n_div else ""
       if vals.size == 0:
-        row.append("–")
+        row.append(mark or "–")
         continue
       std = vals.std(ddof=1) if vals.size > 1 else 0.0
-      row.append(f"{vals.mean():.2f} ± {std:.2f} ({best(vals):.2f})")
+      row.append(f"{vals.mean():.2f} ± {std:.2f} ({best(vals):.2f})"
+                 + (f", {mark}" if mark else ""))
     line = f"| {d} | " + " | ".join(row) + " |"
     if params:
       found = sorted({p for _, p in counts[d]})
@@ -75,7 +82,12 @@ def significance_table(tests: dict[tuple[str, int], dict], arms: Sequence[str],
     row = []
     for a in others:
       t = tests.get((a, d))
-      row.append("–" if t is None else f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])})")
+      if t is None:
+        row.append("–")
+      elif t["delta"] is None:
+        row.append("diverged")
+      else:
+        row.append(f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])})")
     lines.append(f"| {d} | " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 
@@ -139,7 +151,7 @@ def _history_lines(histories, arms, axes, keys):
   for ax in axes:
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-  axes[-1].legend(fontsize=7)
+  axes[0].legend(fontsize=7)
 
 
 def plot_validation(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],

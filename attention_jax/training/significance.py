@@ -68,13 +68,19 @@ def compare_runs(baseline: dict, system: dict, trials: int = TRIALS) -> dict[str
 
   Returns:
     dict with `delta` (mean over seed pairs of the BLEU difference),
-    `p_max` (largest p over the pairs) and `p` (the list, one per pair).
+    `p_max` (largest p over the pairs) and `p` (the list, one per pair);
+    pairs with a diverged member are left out, and with none left `delta` and
+    `p_max` are None.
   """
   if list(baseline["references"]) != list(system["references"]):
     raise ValueError("the two runs were scored on different references.")
   pairs = list(zip(baseline["hypotheses"], system["hypotheses"]))
   if not pairs:
     raise ValueError("no seed pairs to compare.")
+  # A diverged member has no translations (None): its pair is left out.
+  pairs = [(b, s) for b, s in pairs if b is not None and s is not None]
+  if not pairs:
+    return {"delta": None, "p_max": None, "p": []}
   tests = [paired_test(b, s, baseline["references"], trials) for b, s in pairs]
   return {"delta": float(np.mean([t["delta"] for t in tests])),
           "p_max": max(t["p"] for t in tests), "p": [t["p"] for t in tests]}

@@ -12,6 +12,7 @@ T target length, V vocabulary.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -114,6 +115,13 @@ def decoder_input(tgt: np.ndarray, sos_id: int, pad_id: int) -> np.ndarray:
 # The ensemble trainer.
 
 
+# A member counts as diverged once its training loss exceeds this many times
+# ln(vocabulary size), the loss of the uniform prediction every model starts
+# near and only goes below (lr 1e4 drove the smoke model's loss to ~1.3e5,
+# issue 12), or once its loss or any of its parameters is not finite.
+DIVERGED_LOSS_FACTOR = 10.0
+
+
 @dataclasses.dataclass
 class GroupResult:
   """What one finished (arm, dim) configuration produced, per seed."""
@@ -142,6 +150,7 @@ class EnsembleTrainer:
     self.best_params = jax.tree.map(jnp.copy, self.params)  # params get donated
     self.best_bleu = np.full(len(self.seeds), -1.0)
     self.best_step = np.zeros(len(self.seeds), np.int64)
+    self.diverged_at = np.zeros(len(self.seeds), np.int64)  # step it diverged; 0 = never
     self.mesh = mesh
     self._batch_sharding = None
     if mesh is not None and mesh.size > 1:
@@ -158,6 +167,19 @@ class EnsembleTrainer:
     self._diag_step = self._build_diag_step()
     self.val_beam_size = cfg.val_beam_size or cfg.beam_size
     self._decoders = {}  # (beam size, return_attention) -> compiled decoder
+    self._members_finite = jax.jit(lambda params: functools.reduce(
+        jnp.logical_and, [jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1)
+                          for x in jax.tree.leaves(params)]))  # [E]
+    self.diverged_loss = DIVERGED_LOSS_FACTOR * math.log(self.tok.vocab_size)
+
+  def mark_diverged(self, bad, step: int, why: str, log: Callable[[str], None] = print):
+    """Records members flagged in `bad [E]` as diverged at `step` (first time only)."""
+    new = np.asarray(bad) & (self.diverged_at == 0)
+    if new.any():
+      self.diverged_at = np.where(new, step, self.diverged_at)
+      seeds = [s for s, n in zip(self.seeds, new) if n]
+      log(f"[{self.arm} d={self.dim}] seed(s) {seeds} diverged at step {step} ({why}); "
+          "recorded as diverged, no BLEU")
 
   # --- compiled functions -------------------------------------------------
 
@@ -345,13 +367,14 @@ class EnsembleTrainer:
     os.makedirs(run_dir, exist_ok=True)
     ckpt = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"))
     meta = {"step": 0, "train_seconds": 0.0, "best_bleu": self.best_bleu.tolist(),
-            "best_step": self.best_step.tolist()}
+            "best_step": self.best_step.tolist(), "diverged_at": self.diverged_at.tolist()}
     restored = ckpt.restore_latest(self.arrays())
     if restored is not None:
       arrays, meta = restored
       self.load_arrays(arrays)
       self.best_bleu = np.asarray(meta["best_bleu"], np.float64)
       self.best_step = np.asarray(meta["best_step"], np.int64)
+      self.diverged_at = np.asarray(meta.get("diverged_at", self.diverged_at), np.int64)
       log(f"[{self.arm} d={self.dim}] resumed at step {meta['step']}")
     metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"))
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
@@ -370,8 +393,11 @@ class EnsembleTrainer:
       window_seconds += time.time() - t0
       step += 1
       window_tokens += int((batch.tgt != self.tok.pad_id).sum()) * len(self.seeds)
-      if not np.all(np.isfinite(loss)):
-        raise FloatingPointError(f"[{self.arm} d={self.dim}] non-finite loss {loss} at step {step}")
+      self.mark_diverged(~(np.abs(loss) <= self.diverged_loss), step,  # NaN is caught too
+                         f"loss {loss.tolist()}", log)
+      if self.diverged_at.all():
+        log(f"[{self.arm} d={self.dim}] every member diverged: training stops")
+        break
 
       if step % cfg.log_every == 0 or step == cfg.steps:
         # tokens/s over training steps only; the ETA from wall time (with evaluation).
@@ -387,8 +413,13 @@ class EnsembleTrainer:
           metrics.append({"step": step, "seed": seed, "loss": float(loss[e]),
                           **{k: _num(v[e]) for k, v in stats.items()}})
       if step % cfg.eval_every == 0 or step == cfg.steps:
-        scores = self.bleu(self.params, "validation", cfg.eval_examples, self.val_beam_size)
-        ppl = self.perplexity(self.params, "validation")
+        # The loss above is of the parameters *before* this step's update.
+        self.mark_diverged(~np.asarray(self._members_finite(self.params)), step,
+                           "non-finite parameters", log)
+        ok = self.diverged_at == 0
+        scores = np.where(ok, self.bleu(self.params, "validation", cfg.eval_examples,
+                                        self.val_beam_size), np.nan)
+        ppl = np.where(ok, self.perplexity(self.params, "validation"), np.nan)
         better = scores > self.best_bleu
         self.best_bleu = np.where(better, scores, self.best_bleu)
         self.best_step = np.where(better, step, self.best_step)
@@ -397,7 +428,8 @@ class EnsembleTrainer:
             lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
             self.params, self.best_params)
         for e, seed in enumerate(self.seeds):
-          metrics.append({"step": step, "seed": seed, "val_bleu": float(scores[e]),
+          metrics.append({"step": step, "seed": seed,
+                          "val_bleu": None if np.isnan(scores[e]) else float(scores[e]),
                           "val_ppl": _num(ppl[e])})
         log(f"[{self.arm} d={self.dim}] step {step}: validation BLEU "
             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
@@ -405,16 +437,22 @@ class EnsembleTrainer:
       if step % cfg.checkpoint_every == 0 or step == cfg.steps:
         ckpt.save(step, self.arrays(), {"step": step, "train_seconds": train_seconds,
                                         "best_bleu": self.best_bleu.tolist(),
-                                        "best_step": self.best_step.tolist()})
+                                        "best_step": self.best_step.tolist(),
+                                        "diverged_at": self.diverged_at.tolist()})
         if deadline is not None and time.time() > deadline and step < cfg.steps:
           log(f"[{self.arm} d={self.dim}] time budget reached at step {step}; "
               "checkpoint saved, re-run the same command to resume")
           return None
 
+    self.mark_diverged(~np.asarray(self._members_finite(self.params)), step,
+                       "non-finite parameters", log)
+    ok = self.diverged_at == 0
     test_hyps, test_refs = self.translate(self.best_params, "test", cfg.test_examples,
                                           cfg.beam_size)
-    test_scores = [sacrebleu.corpus_bleu(h, [test_refs]).score for h in test_hyps]
-    best_ppl = self.perplexity(self.best_params, "validation")
+    test_hyps = [h if good else None for h, good in zip(test_hyps, ok)]
+    test_scores = [sacrebleu.corpus_bleu(h, [test_refs]).score if h is not None else None
+                   for h in test_hyps]
+    best_ppl = np.where(ok, self.perplexity(self.best_params, "validation"), np.nan)
     final = self.diagnose(diag_batch)
     rows = []
     for e, seed in enumerate(self.seeds):
@@ -422,9 +460,11 @@ class EnsembleTrainer:
           "arm": self.arm, "dim": self.dim, "seed": seed, "model": cfg.model,
           "dataset": cfg.dataset, "params": self.num_params, "steps": step,
           "train_seconds": round(train_seconds, 2),
-          "val_bleu": round(float(self.best_bleu[e]), 4), "best_step": int(self.best_step[e]),
-          "test_bleu": round(float(test_scores[e]), 4),
-          "val_ppl": round(float(best_ppl[e]), 4),
+          "val_bleu": round(float(self.best_bleu[e]), 4) if ok[e] else None,
+          "best_step": int(self.best_step[e]),
+          "test_bleu": round(float(test_scores[e]), 4) if ok[e] else None,
+          "val_ppl": _num(best_ppl[e]),
+          "diverged_at_step": int(self.diverged_at[e]) or None,
           "diagnostics": {k: _num(v[e]) for k, v in final.items()},
       })
     attention = self.alignment(self.best_params, "test")

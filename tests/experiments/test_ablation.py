@@ -139,6 +139,7 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
   assert sorted(log(killed)) == sorted(log(straight))
 
 
+@pytest.mark.slow  # two smoke ablations; kept out of the 10-minute default suite
 def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_path):
   """`--workers=2` (each pair in its own single-threaded process) gives the
   results of training the pairs one after another in the driver."""

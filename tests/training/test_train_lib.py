@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attention_jax.data import input_pipeline
-from attention_jax.training import config, train_lib
+from attention_jax.training import config, reporting, significance, train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -92,6 +92,38 @@ def test_perplexity_is_exp_of_token_nll_over_the_whole_split():
   assert 0.5 * trainer.tok.vocab_size < ppl.min() and ppl.max() < 2 * trainer.tok.vocab_size
 
 
+@pytest.mark.parametrize("poison", ["nan_params", "huge_loss"])
+def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poison):
+  """Issue 12: one member's NaN parameters (what lr=nan did after one step) or an
+  exploding loss must give a diverged row, not a BLEU; the other member is
+  untouched and the table marks the cell."""
+  cfg = _cfg(steps=4, eval_every=2, diag_every=2, checkpoint_every=2, log_every=2,
+             eval_examples=8, test_examples=8)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  trainer = train_lib.EnsembleTrainer(cfg, "additive", 8, data, (0, 1))
+  if poison == "nan_params":
+    trainer.params = jax.tree.map(lambda x: x.at[1].set(np.nan), trainer.params)
+  else:
+    trainer.diverged_loss = 0.0  # every loss counts as exploded...
+    real = trainer.train_step
+    trainer.train_step = lambda batch, step: real(batch, step) * np.array([0.0, 1.0])  # ...for seed 1
+  lines = []
+  result = trainer.run(str(tmp_path), log=lines.append)
+  good, bad = result.rows
+  assert bad["diverged_at_step"] == 1 and bad["test_bleu"] is None and bad["val_bleu"] is None
+  assert good["diverged_at_step"] is None and good["test_bleu"] is not None
+  assert result.translations["hypotheses"][1] is None
+  assert sum("diverged at step 1" in line for line in lines) == 1  # said once, not per step
+  metrics = train_lib.MetricsLog(str(tmp_path / "metrics.jsonl")).read()
+  assert all(r["val_bleu"] is None for r in metrics if r["seed"] == 1 and "val_bleu" in r)
+  table = reporting.britz_table(result.rows, ["additive"], [8])
+  assert "diverged (1 of 2 seeds)" in table
+  other = {"references": result.translations["references"], "hypotheses": [["x"] * 8, None]}
+  assert significance.compare_runs(other, result.translations)["p"] and \
+      significance.compare_runs({**other, "hypotheses": [None, None]},
+                                result.translations)["delta"] is None
+
+
 def test_decoder_input_shifts_right_and_keeps_filler_rows_empty():
   tgt = np.array([[7, 8, 1, 0], [0, 0, 0, 0]])
   out = train_lib.decoder_input(tgt, sos_id=2, pad_id=0)
@@ -102,7 +134,7 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
   script = textwrap.dedent("""
       import jax, numpy as np
       from attention_jax.data import input_pipeline
-      from attention_jax.training import config, train_lib
+      from attention_jax.training import config, reporting, significance, train_lib
       assert jax.device_count() == 4, jax.devices()
       cfg = config.from_preset("smoke", arms=("additive",), dims=(8,))
       data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The recipe search behind the quick preset (issue 9): additive a = 128, one
+# seed, greedy validation BLEU on the first 200 validation verses and
+# perplexity on the whole validation split every 250 steps. Run on the 2-core
+# CPU machine, two runs at a time, one per core, single-threaded XLA, with the
+# uncommitted working tree that became commit a8b1a66: R0 and R2 ran before the
+# perplexity evaluation was added (their rows have no val_ppl), R3-R6 after. <NAME>.metrics.jsonl here is each run's
+# runs/additive_d128/metrics.jsonl. Every setting not named is the quick
+# preset's (embedding/hidden 128, vocab 2000, batch 64, max_length 32,
+# dropout 0.1).
+run() {
+  local name=$1 core=$2; shift 2
+  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+  taskset -c "$core" python -m experiments.train --preset=quick --arm=additive --dim=128 \
+    --seeds=1 --beam_size=1 --eval_every=250 --eval_examples=200 \
+    --test_examples=300 --diag_every=250 --checkpoint_every=1000 --log_every=250 \
+    --workdir="/tmp/rec/$name" "$@" > "/tmp/rec/$name.log" 2>&1
+}
+run R0 0 --steps=2000 --learning_rate=3e-3 --warmup_steps=30 &        # the recipe before
+run R2_len40 1 --steps=2000 --learning_rate=3e-3 --warmup_steps=30 --max_length=40; wait
+run R3_lr5e-3 0 --steps=1500 --learning_rate=5e-3 --warmup_steps=100 &  # chosen
+run R4_drop0 1 --steps=1500 --learning_rate=3e-3 --warmup_steps=30 --dropout=0; wait
+run R5_lr1e-2 0 --steps=1250 --learning_rate=1e-2 --warmup_steps=200 &
+run R6_lr5e-3_b32 1 --steps=2000 --learning_rate=5e-3 --warmup_steps=100 --batch_size=32; wait
