@@ -66,7 +66,8 @@ def test_gpu_run_rejects_bad_arguments_with_one_line(tmp_path, args, needle):
 def test_gpu_bundle_rejects_a_bad_python_version(tmp_path):
   p = subprocess.run(["bash", "scripts/gpu_bundle.sh", str(tmp_path / "b")], cwd=ROOT,
                      capture_output=True, text=True,
-                     env={**os.environ, "GPU_PYTHON_VERSION": "twelve"})
+                     env={**os.environ, "PYTHON": sys.executable,
+                          "GPU_PYTHON_VERSION": "twelve"})
   assert p.returncode == 1 and "GPU_PYTHON_VERSION" in p.stderr
   assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
 
