@@ -154,15 +154,23 @@ def _history_lines(histories, arms, axes, keys):
   axes[0].legend(fontsize=7)
 
 
+def _plot_histories(histories, arms, path, panels) -> None:
+  """Two panels of `_history_lines`; `panels` = ((key, ylabel, log y), ...)."""
+  fig, axes = plt.subplots(1, len(panels), figsize=(11, 4))
+  _history_lines(histories, arms, axes, [key for key, _, _ in panels])
+  for ax, (_, label, log_y) in zip(axes, panels):
+    ax.set_ylabel(label)
+    if log_y:
+      ax.set_yscale("log")
+  _save(fig, path)
+
+
 def plot_validation(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
                     path: str) -> None:
   """Validation BLEU and perplexity over training, per arm (colour) and dim (style)."""
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  _history_lines(histories, arms, axes, ("val_bleu", "val_ppl"))
-  axes[0].set_ylabel("validation BLEU (in-training decoder)")
-  axes[1].set_ylabel("validation perplexity")
-  axes[1].set_yscale("log")
-  _save(fig, path)
+  _plot_histories(histories, arms, path,
+                  (("val_bleu", "validation BLEU (in-training decoder)", False),
+                   ("val_ppl", "validation perplexity", True)))
 
 
 def plot_diagnostics(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
@@ -171,12 +179,9 @@ def plot_diagnostics(histories: dict[tuple[str, int], list[dict]], arms: Sequenc
 
   `histories` maps (arm, dim) to metrics-log rows; seeds are averaged.
   """
-  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-  _history_lines(histories, arms, axes, ("logit_std", "entropy"))
-  axes[0].set_yscale("log")
-  axes[0].set_ylabel("attention-logit std over valid keys")
-  axes[1].set_ylabel("entropy / log(#valid keys)")
-  _save(fig, path)
+  _plot_histories(histories, arms, path,
+                  (("logit_std", "attention-logit std over valid keys", True),
+                   ("entropy", "entropy / log(#valid keys)", False)))
 
 
 def plot_attention(attention: dict, title: str, path: str) -> None:

@@ -181,6 +181,11 @@ class EnsembleTrainer:
       log(f"[{self.arm} d={self.dim}] seed(s) {seeds} diverged at step {step} ({why}); "
           "recorded as diverged, no BLEU")
 
+  def _check_params(self, step: int, log: Callable[[str], None]):
+    """Marks members with any non-finite parameter as diverged at `step`."""
+    self.mark_diverged(~np.asarray(self._members_finite(self.params)), step,
+                       "non-finite parameters", log)
+
   # --- compiled functions -------------------------------------------------
 
   def _apply(self, params, rest, src, tgt_in, **kw):
@@ -413,9 +418,7 @@ class EnsembleTrainer:
           metrics.append({"step": step, "seed": seed, "loss": float(loss[e]),
                           **{k: _num(v[e]) for k, v in stats.items()}})
       if step % cfg.eval_every == 0 or step == cfg.steps:
-        # The loss above is of the parameters *before* this step's update.
-        self.mark_diverged(~np.asarray(self._members_finite(self.params)), step,
-                           "non-finite parameters", log)
+        self._check_params(step, log)  # the loss above predates this step's update
         ok = self.diverged_at == 0
         scores = np.where(ok, self.bleu(self.params, "validation", cfg.eval_examples,
                                         self.val_beam_size), np.nan)
@@ -444,8 +447,7 @@ class EnsembleTrainer:
               "checkpoint saved, re-run the same command to resume")
           return None
 
-    self.mark_diverged(~np.asarray(self._members_finite(self.params)), step,
-                       "non-finite parameters", log)
+    self._check_params(step, log)
     ok = self.diverged_at == 0
     test_hyps, test_refs = self.translate(self.best_params, "test", cfg.test_examples,
                                           cfg.beam_size)
