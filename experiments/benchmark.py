@@ -22,7 +22,8 @@ timed; one that disagrees is recorded as `refused` and never timed. Programs
 are compiled before the clock starts (a program whose compiled memory exceeds
 --memory_limit_gb is `skipped`), every call ends in `block_until_ready`,
 warm-up calls are discarded, and the median and spread of the repeats are
-reported. Writes into --workdir: `benchmark.jsonl` (one row per measurement),
+reported. Writes into --workdir: `benchmark.jsonl` (one row per measurement, appended
+as measured; earlier runs' rows are kept, each row names its `run`),
 `benchmark.md` (tables), and log-log plots `kernels_*.png` (time and memory vs
 sequence length per implementation) and `additive_memory.png`.
 """
@@ -50,6 +51,10 @@ import attention_jax as aj
 from attention_jax import benchmarking as bm
 from attention_jax import masks
 from attention_jax import scores as scores_lib
+from attention_jax.training import checkpoints
+from attention_jax.training import reporting
+from attention_jax.training import workdir_lock
+from experiments import common
 
 FLAGS = flags.FLAGS
 
@@ -953,8 +958,7 @@ def plot(rows: list[dict], workdir: str) -> list[str]:
                  f"{'causal' if causal else 'non-causal'}")
     fig.tight_layout()
     name = f"kernels_{mode}_{dtype}_b{b}_h{h}_d{d}_{'causal' if causal else 'full'}.png"
-    fig.savefig(os.path.join(workdir, name), dpi=90)
-    plt.close(fig)
+    reporting.save_figure(fig, os.path.join(workdir, name))
     written.append(name)
   additive = [r for r in rows if r["suite"] == "additive" and r.get("temp_bytes")]
   if len({r["seq_len"] for r in additive}) >= 2:
@@ -976,8 +980,7 @@ def plot(rows: list[dict], workdir: str) -> list[str]:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(os.path.join(workdir, "additive_memory.png"), dpi=90)
-    plt.close(fig)
+    reporting.save_figure(fig, os.path.join(workdir, "additive_memory.png"))
     written.append("additive_memory.png")
   return written
 
@@ -986,21 +989,41 @@ def main(argv):
   if len(argv) > 1:
     _fail(f"unexpected arguments {argv[1:]}")
   settings = settings_from_flags()
-  os.makedirs(FLAGS.workdir, exist_ok=True)
+  try:
+    common.check_output_dir("workdir", FLAGS.workdir)
+    os.makedirs(FLAGS.workdir, exist_ok=True)
+    with workdir_lock.WorkdirLock(FLAGS.workdir, log=print):
+      _measure(settings)
+  except ValueError as e:
+    _fail(str(e))
+  except OSError as e:  # a full disk: the rows measured so far are on disk
+    _fail(f"{FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
+
+
+def _measure(settings: Settings) -> None:
+  """Runs the suites; appends each row to benchmark.jsonl as it is measured.
+
+  benchmark.jsonl only grows: each row carries the `run` it belongs to (start
+  time and PID), so a killed or crashed run loses nothing measured, before or
+  by it. benchmark.md and the plots show this run's rows and are replaced
+  atomically at the end.
+  """
   machine = bm.machine_description()
   logging.info("machine: %s", machine)
   path = os.path.join(FLAGS.workdir, "benchmark.jsonl")
+  run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{os.getpid()}"
   rows: list[dict] = []
-  with open(path, "w", encoding="utf-8") as f:
+  with open(path, "a", encoding="utf-8") as f:
 
     def write(row):
       row = {**row, **{k: machine[k] for k in ("platform", "device_kind", "cpu", "cpu_cores")},
              # Other processes' load shows here (this process adds up to its
              # own thread count while it measures).
-             "loadavg_1m": os.getloadavg()[0]}
+             "loadavg_1m": os.getloadavg()[0], "run": run_id}
       rows.append(row)
       f.write(json.dumps(row) + "\n")
       f.flush()
+      os.fsync(f.fileno())
       shown = row.get("time_median_s")
       print(f"[{row['suite']}] {row['impl']:>22} "
             + " ".join(f"{k}={row[k]}" for k in ("mode", "dtype", "batch", "heads", "seq_len",
@@ -1012,11 +1035,11 @@ def main(argv):
     for suite in settings.suites:
       {"kernels": run_kernels_suite, "additive": run_additive_suite,
        "models": run_models_suite}[suite](settings, write)
-  with open(os.path.join(FLAGS.workdir, "benchmark.md"), "w", encoding="utf-8") as f:
-    f.write(markdown_tables(rows, machine))
+  checkpoints.atomic_write(os.path.join(FLAGS.workdir, "benchmark.md"),
+                           markdown_tables(rows, machine))
   for name in plot(rows, FLAGS.workdir):
     print(f"wrote {os.path.join(FLAGS.workdir, name)}")
-  print(f"wrote {path} ({len(rows)} rows) and benchmark.md")
+  print(f"appended {len(rows)} rows (run {run_id}) to {path}; wrote benchmark.md")
 
 
 if __name__ == "__main__":

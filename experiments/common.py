@@ -8,6 +8,7 @@ preset. An invalid value stops the driver with one line, before any work.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import typing
 
@@ -69,9 +70,25 @@ def build_config(extra: dict | None = None) -> config_lib.ExperimentConfig:
   try:
     if not FLAGS.workdir:
       raise ValueError("`--workdir` is required.")
-    return config_lib.from_preset(FLAGS.preset, **overrides(extra))
+    cfg = config_lib.from_preset(FLAGS.preset, **overrides(extra))
+    check_output_dir("workdir", FLAGS.workdir)
+    return cfg
   except (ValueError, TypeError) as e:
     sys.exit(f"error: {e}")
+
+
+def check_output_dir(flag: str, path: str) -> None:
+  """Raises a ValueError naming `--flag` unless `path` is (or can become) a
+  writable folder. Creates nothing, so a refused run leaves nothing behind."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"`--{flag}` {path} exists and is not a folder.")
+  probe = os.path.abspath(path)
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise ValueError(f"`--{flag}` {path}: {probe} is a file, so the folder cannot be made.")
+  if not os.access(probe, os.W_OK | os.X_OK):
+    raise ValueError(f"`--{flag}` {path}: no permission to write in {probe}.")
 
 
 def parse_list(name: str, value: str, cast=str) -> tuple:
@@ -116,5 +133,7 @@ def run_sweep(argv, extra: dict) -> None:
     table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh())
   except ValueError as e:
     sys.exit(f"error: {e}")
+  except OSError as e:  # a full disk, a folder made read-only mid-run: one line, no traceback
+    sys.exit(f"error: {FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
   if table is not None:
     print("\n" + table)

@@ -19,6 +19,7 @@ import time
 from absl import app, flags, logging
 
 from attention_jax.data import input_pipeline, sword
+from experiments import common
 
 _DATA_DIR = flags.DEFINE_string(
     "data_dir", None, "Prepared data + tokenizers; default <cache root>/data.")
@@ -49,8 +50,30 @@ def _describe(data, batch_size: int) -> None:
         f"{data.padding_fraction('train', batch_size):.3f}; vocab {tok.vocab_size}")
 
 
+def _check_flags() -> None:
+  """Every flag checked before any work: one line naming the flag, nothing written."""
+  if not _DATASETS.value:
+    sys.exit("prepare_data: `--datasets` is empty; name at least one of "
+             f"{', '.join(input_pipeline.NAMES)}.")
+  unknown = [n for n in _DATASETS.value if n not in input_pipeline.NAMES]
+  if unknown:
+    sys.exit(f"prepare_data: `--datasets` got {', '.join(map(repr, unknown))}; allowed: "
+             f"{', '.join(input_pipeline.NAMES)}.")
+  if _BATCH_SIZE.value < 1:
+    sys.exit(f"prepare_data: `--batch_size` must be > 0, got {_BATCH_SIZE.value}.")
+  if _VOCAB_SIZE.value < 5:
+    sys.exit(f"prepare_data: `--vocab_size` must be >= 5, got {_VOCAB_SIZE.value}.")
+  if _DATA_DIR.value:
+    try:
+      common.check_output_dir("data_dir", _DATA_DIR.value)
+    except ValueError as e:
+      sys.exit(f"prepare_data: {e}")
+
+
 def main(argv):
-  del argv
+  if len(argv) > 1:
+    sys.exit(f"prepare_data: unexpected arguments {argv[1:]}")
+  _check_flags()
   logging.set_verbosity(logging.ERROR)  # TFDS info/warnings are noise here.
   for name in _DATASETS.value:
     start = time.perf_counter()
@@ -60,6 +83,8 @@ def main(argv):
                                  vocab_size=_VOCAB_SIZE.value, **kwargs)
     except (sword.SwordModuleError, ValueError, ImportError) as e:
       sys.exit(f"prepare_data: {name}: {e}")  # The message names the fix.
+    except OSError as e:  # e.g. a full disk or a read-only cache folder
+      sys.exit(f"prepare_data: {name}: {e.strerror or e} ({e.filename or 'while writing'})")
     counts = {split: data.num_examples(split) for split in data.splits}
     elapsed = time.perf_counter() - start
     where = _DATA_DIR.value or input_pipeline.default_data_dir()

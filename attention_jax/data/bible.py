@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import hashlib
 import json
 import os
 import shutil
@@ -185,10 +186,34 @@ def _shards_present(builder: tfds.core.DatasetBuilder) -> bool:
   return True
 
 
+def _file_digests(folder: Path) -> dict[str, list]:
+  """`{relative path: [size, sha256]}` of every file under `folder` but the marker."""
+  out = {}
+  for file in sorted(folder.rglob("*")):
+    if file.is_file() and file.name != _MARKER and not file.name.startswith(_MARKER):
+      h = hashlib.sha256()
+      with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+          h.update(block)
+      out[file.relative_to(folder).as_posix()] = [file.stat().st_size, h.hexdigest()]
+  return out
+
+
+def _marker_matches(path: Path) -> bool:
+  """True if the completion marker lists every file with its size and SHA-256
+  and the folder still holds exactly those bytes (a shard cut in half, or a
+  marker from before checksums were recorded, is False: rebuilt)."""
+  try:
+    recorded = json.loads((path / _MARKER).read_text())["files"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return False
+  return bool(recorded) and _file_digests(path) == recorded
+
+
 def _complete(builder, marker: bool) -> bool:
   path = Path(os.fspath(builder.data_path))
   return (builder.is_prepared() and _shards_present(builder)
-          and (not marker or (path / _MARKER).is_file()))
+          and (not marker or _marker_matches(path)))
 
 
 @contextlib.contextmanager
@@ -245,7 +270,7 @@ def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool =
     if marker:
       counts = {name: info.num_examples for name, info in builder.info.splits.items()}
       tmp = path / (_MARKER + ".tmp")
-      tmp.write_text(json.dumps(counts))
+      tmp.write_text(json.dumps({"counts": counts, "files": _file_digests(path)}))
       os.replace(tmp, path / _MARKER)
   return make_builder()
 

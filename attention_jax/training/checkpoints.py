@@ -8,22 +8,41 @@ arrays and bookkeeping can never disagree.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import orbax.checkpoint as ocp
 
 
-def atomic_write(path: str, text: str) -> None:
-  """Replaces `path` with `text` so that readers see the old or the new file, never half."""
+TMP_PREFIX = ".tmp-"
+
+
+def _umask() -> int:
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def atomic_write(path: str, data: str | bytes) -> None:
+  """Replaces `path` with `data` so that readers see the old or the new file, never half.
+
+  The file gets the mode a plain `open(path, "w")` would give (0666 less the
+  umask), not mkstemp's 0600, so a shared results folder stays readable. A
+  kill between mkstemp and the rename leaves a `.tmp-<name>*` file, which
+  `remove_stale_temporaries` clears at the next start.
+  """
   folder = os.path.dirname(os.path.abspath(path))
   os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=".tmp-" + os.path.basename(path))
+  fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX + os.path.basename(path))
   try:
-    with os.fdopen(fd, "w") as f:
-      f.write(text)
+    os.fchmod(fd, 0o666 & ~_umask())
+    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w",
+                   **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as f:
+      f.write(data)
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
@@ -33,12 +52,42 @@ def atomic_write(path: str, text: str) -> None:
     raise
 
 
+def remove_stale_temporaries(folder: str) -> list[str]:
+  """Deletes `atomic_write` leftovers (`.tmp-*` files) directly under `folder`
+  and its run folders; call it only while holding the workdir lock. Returns
+  the removed paths."""
+  removed = []
+  for root, dirs, files in os.walk(folder):
+    dirs[:] = [d for d in dirs if d != "checkpoints"]  # Orbax cleans its own
+    for name in files:
+      if name.startswith(TMP_PREFIX):
+        path = os.path.join(root, name)
+        try:
+          os.remove(path)
+          removed.append(path)
+        except FileNotFoundError:
+          pass
+  return removed
+
+
 class Checkpointer:
-  """Keeps the latest two checkpoints of a pytree of arrays plus JSON metadata."""
+  """Keeps the latest two checkpoints of a pytree of arrays plus JSON metadata.
+
+  Orbax has no integrity check of its own on restore, so every saved step
+  gets a SHA-256 of each of its files in `<directory>_sha256/<step>.json`,
+  written after Orbax has committed the step. `restore_latest` verifies the
+  newest step against it (and that Orbax can read it); a damaged step is
+  moved to `<directory>_damaged/`, named in one log line, and the previous
+  step is tried. A step killed between its commit and its checksum file has
+  no checksum and is trusted as far as Orbax can read it.
+  """
 
   def __init__(self, directory: str, max_to_keep: int = 2):
+    self.directory = os.path.abspath(directory)
+    self.sums_dir = self.directory + "_sha256"
+    self.damaged_dir = self.directory + "_damaged"
     self.manager = ocp.CheckpointManager(
-        os.path.abspath(directory),
+        self.directory,
         options=ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, create=True, enable_async_checkpointing=False,
             cleanup_tmp_directories=True))
@@ -47,16 +96,82 @@ class Checkpointer:
     self.manager.save(step, args=ocp.args.Composite(
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
     self.manager.wait_until_finished()
+    atomic_write(self._sums_path(step), json.dumps(_digests(self._step_dir(step)), indent=0))
+    kept = {str(s) for s in self.manager.all_steps()}
+    for name in os.listdir(self.sums_dir):
+      if name.endswith(".json") and name[:-5] not in kept:  # Orbax removed that step
+        os.remove(os.path.join(self.sums_dir, name))
 
-  def restore_latest(self, like: Any):
-    """`(arrays, meta)` of the newest complete checkpoint, or None.
+  def restore_latest(self, like: Any, log: Callable[[str], None] = print):
+    """`(arrays, meta)` of the newest intact checkpoint, or None.
 
     `like` is a pytree with the target structure, shapes, dtypes and shardings.
     """
-    step = self.manager.latest_step()
-    if step is None:
-      return None
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
-    out = self.manager.restore(step, args=ocp.args.Composite(
-        arrays=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-    return out["arrays"], out["meta"]
+    set_aside = False
+    for step in sorted(self.manager.all_steps(), reverse=True):
+      problem = self._verify(step)
+      if problem is None:
+        try:
+          out = self.manager.restore(step, args=ocp.args.Composite(
+              arrays=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+          return out["arrays"], out["meta"]
+        except Exception as e:  # pylint: disable=broad-except  # any unreadable step
+          problem = f"Orbax cannot read it: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+      dest = self._set_aside(step)
+      log(f"checkpoint step {step} in {self.directory} is damaged ({problem}); "
+          f"moved to {dest}; trying the previous one")
+      set_aside = True
+    if set_aside:
+      log(f"no intact checkpoint left in {self.directory}; training starts from step 0")
+    return None
+
+  def _step_dir(self, step: int) -> str:
+    return os.path.join(self.directory, str(step))
+
+  def _sums_path(self, step: int) -> str:
+    return os.path.join(self.sums_dir, f"{step}.json")
+
+  def _verify(self, step: int) -> str | None:
+    """None if the step matches its checksums (or has none), else what differs."""
+    try:
+      with open(self._sums_path(step)) as f:
+        expected = json.load(f)
+    except FileNotFoundError:
+      return None
+    except ValueError:
+      return f"its checksum file {self._sums_path(step)} is unreadable"
+    found = _digests(self._step_dir(step))
+    for rel, digest in sorted(expected.items()):
+      if rel not in found:
+        return f"{rel} is missing"
+      if found[rel] != digest:
+        return f"{rel} does not match its SHA-256"
+    return None
+
+  def _set_aside(self, step: int) -> str:
+    os.makedirs(self.damaged_dir, exist_ok=True)
+    dest = os.path.join(self.damaged_dir, str(step))
+    n = 1
+    while os.path.exists(dest):
+      dest = os.path.join(self.damaged_dir, f"{step}.{n}")
+      n += 1
+    os.replace(self._step_dir(step), dest)
+    if os.path.exists(self._sums_path(step)):
+      os.replace(self._sums_path(step), os.path.join(dest, "sha256.json"))
+    self.manager.reload()
+    return dest
+
+
+def _digests(folder: str) -> dict[str, str]:
+  """SHA-256 of every file under `folder`, keyed by relative path."""
+  out = {}
+  for root, _, files in os.walk(folder):
+    for name in files:
+      path = os.path.join(root, name)
+      h = hashlib.sha256()
+      with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+          h.update(block)
+      out[os.path.relpath(path, folder)] = h.hexdigest()
+  return out

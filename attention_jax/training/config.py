@@ -11,6 +11,8 @@ import dataclasses
 import math
 from typing import Any
 
+from attention_jax.data import input_pipeline
+
 ARMS = ("additive", "multiplicative", "scaled_multiplicative", "dot", "scaled_dot",
         "general", "cosine", "location", "none_init", "none_concat")
 MODELS = ("rnn", "transformer")
@@ -72,6 +74,7 @@ class ExperimentConfig:
     _choices("dtype", self.dtype, DTYPES)
     _choices("schedule", self.schedule, SCHEDULES)
     _choices("cell", self.cell, ("gru", "lstm"))
+    _choices("dataset", self.dataset, input_pipeline.NAMES)
     if not self.arms:
       raise ValueError("`arms` must name at least one arm.")
     if not self.dims or any(int(d) <= 0 for d in self.dims):

@@ -92,14 +92,11 @@ def significance_table(tests: dict[tuple[str, int], dict], arms: Sequence[str],
   return "\n".join(lines) + "\n"
 
 
-def _save(fig, path: str) -> None:
+def save_figure(fig, path: str) -> None:
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
   plt.close(fig)
-  tmp = path + ".tmp"
-  with open(tmp, "wb") as f:
-    f.write(buf.getvalue())
-  os.replace(tmp, path)
+  checkpoints.atomic_write(path, buf.getvalue())
 
 
 def plot_ablation(rows: Sequence[dict], arms: Sequence[str], path: str) -> None:
@@ -125,7 +122,7 @@ def plot_ablation(rows: Sequence[dict], arms: Sequence[str], path: str) -> None:
     ax.grid(alpha=0.3)
   axes[1].set_yscale("log")
   axes[0].legend()
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def _history_lines(histories, arms, axes, keys):
@@ -162,7 +159,7 @@ def _plot_histories(histories, arms, path, panels) -> None:
     ax.set_ylabel(label)
     if log_y:
       ax.set_yscale("log")
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def plot_validation(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
@@ -195,7 +192,7 @@ def plot_attention(attention: dict, title: str, path: str) -> None:
   ax.set_xlabel("source")
   ax.set_ylabel("output")
   ax.set_title(title, fontsize=9)
-  _save(fig, path)
+  save_figure(fig, path)
 
 
 def write_jsonl(path: str, rows: Iterable[dict]) -> None:

@@ -9,6 +9,7 @@ Workdir layout (everything written atomically; a re-run resumes):
   runs/<arm>_d<dim>/test_translations.json  final test outputs per seed (for significance)
   runs/<arm>_d<dim>/significance.json       cached paired test against the baseline arm
   runs/<arm>_d<dim>/result.json     one row per seed; its presence = finished
+  .lock                             PID, host and start of the driver using the workdir
   results.jsonl, table.md, ablation.png, validation.png, diagnostics.png,
   attention_<arm>_<dim>.png
 """
@@ -28,6 +29,7 @@ from attention_jax.training import checkpoints
 from attention_jax.training import reporting
 from attention_jax.training import significance as significance_lib
 from attention_jax.training import train_lib
+from attention_jax.training import workdir_lock
 from attention_jax.training.config import ExperimentConfig
 
 
@@ -167,6 +169,13 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   first, so the longest runs start first); otherwise one after another here.
   """
   os.makedirs(workdir, exist_ok=True)
+  with workdir_lock.WorkdirLock(workdir, log=log):  # one driver per workdir
+    return _run_locked(cfg, workdir, mesh=mesh, log=log, data=data)
+
+
+def _run_locked(cfg, workdir, *, mesh, log, data) -> str | None:
+  for path in checkpoints.remove_stale_temporaries(workdir):
+    log(f"removed {path}, left by an interrupted write")
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
   pending = []
   for arm in cfg.arms:

@@ -373,7 +373,7 @@ class EnsembleTrainer:
     ckpt = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"))
     meta = {"step": 0, "train_seconds": 0.0, "best_bleu": self.best_bleu.tolist(),
             "best_step": self.best_step.tolist(), "diverged_at": self.diverged_at.tolist()}
-    restored = ckpt.restore_latest(self.arrays())
+    restored = ckpt.restore_latest(self.arrays(), log=log)
     if restored is not None:
       arrays, meta = restored
       self.load_arrays(arrays)
@@ -381,7 +381,7 @@ class EnsembleTrainer:
       self.best_step = np.asarray(meta["best_step"], np.int64)
       self.diverged_at = np.asarray(meta.get("diverged_at", self.diverged_at), np.int64)
       log(f"[{self.arm} d={self.dim}] resumed at step {meta['step']}")
-    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"))
+    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log)
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
 
     diag_batch = next(self.data.batches("validation", cfg.batch_size, shuffle=False,
@@ -496,10 +496,19 @@ def _num(x) -> float | None:
 
 
 class MetricsLog:
-  """Append-only JSON-lines log that a resumed run trims back to its checkpoint."""
+  """Append-only JSON-lines log that a resumed run trims back to its checkpoint.
 
-  def __init__(self, path: str):
+  The writer keeps every line it has read or written since `truncate_after`
+  and checks before each append that the file still holds them (by size): a
+  file deleted or cut while the run goes on is rewritten in full, with one
+  warning line, instead of silently restarting from the next line.
+  """
+
+  def __init__(self, path: str, log: Callable[[str], None] = print):
     self.path = path
+    self.log = log
+    self._lines: list[str] | None = None  # None: a read-only view
+    self._size = 0
 
   def read(self) -> list[dict]:
     if not os.path.exists(self.path):
@@ -514,9 +523,30 @@ class MetricsLog:
     return rows
 
   def truncate_after(self, step: int) -> None:
-    rows = [r for r in self.read() if r["step"] <= step]
-    checkpoints.atomic_write(self.path, "".join(json.dumps(r) + "\n" for r in rows))
+    self._lines = [json.dumps(r) + "\n" for r in self.read() if r["step"] <= step]
+    self._rewrite()
+
+  def _rewrite(self) -> None:
+    text = "".join(self._lines)
+    checkpoints.atomic_write(self.path, text)
+    self._size = len(text.encode())
 
   def append(self, row: dict) -> None:
+    line = json.dumps(row) + "\n"
+    if self._lines is None:  # not opened for writing by truncate_after
+      with open(self.path, "a") as f:
+        f.write(line)
+      return
+    self._lines.append(line)
+    try:
+      intact = os.path.getsize(self.path) == self._size
+    except FileNotFoundError:
+      intact = False
+    if not intact:
+      self.log(f"warning: {self.path} was deleted or changed by something else during "
+               f"the run; rewrote its {len(self._lines)} lines from memory")
+      self._rewrite()
+      return
     with open(self.path, "a") as f:
-      f.write(json.dumps(row) + "\n")
+      f.write(line)
+    self._size += len(line.encode())

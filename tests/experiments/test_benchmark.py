@@ -149,3 +149,34 @@ def test_bad_flags_fail_with_one_line(tmp_path, flag, needle):
   assert any(needle in l for l in err), proc.stderr
   assert len(err) <= 2, proc.stderr
   assert not os.path.exists(tmp_path / "w" / "benchmark.jsonl")
+
+
+def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
+  """Issue 12: benchmark.jsonl only grows; every row names its run."""
+  args = TINY + ["--impls=scaled_dot,naive", "--suite=kernels"]
+  first = _run(args, tmp_path)
+  assert first.returncode == 0, first.stderr[-3000:]
+  before = _rows(tmp_path)
+  md_before = open(tmp_path / "benchmark.md").read()
+  assert len(before) == 4 and len({r["run"] for r in before}) == 1
+  # A second run, killed by an injected error after its first measurement.
+  script = """
+      import sys
+      from absl import app
+      from experiments import benchmark
+      real = benchmark.run_kernels_suite
+      def dies_midway(settings, write):
+        def once(row):
+          write(row)
+          raise OSError(28, "No space left on device", "benchmark.jsonl")
+        real(settings, once)
+      benchmark.run_kernels_suite = dies_midway
+      app.run(benchmark.main)
+      """
+  crashed = _run(args, tmp_path, script=script)
+  assert crashed.returncode != 0
+  err = [l for l in crashed.stderr.splitlines() if l.strip() and not l.startswith(("I1", "W1"))]
+  assert len(err) == 1 and "No space left on device" in err[0], crashed.stderr  # absl INFO aside
+  after = _rows(tmp_path)
+  assert after[:4] == before and len(after) == 5 and after[4]["run"] != before[0]["run"]
+  assert open(tmp_path / "benchmark.md").read() == md_before  # not half-replaced

@@ -1,0 +1,86 @@
+"""One process per workdir: an advisory lock with the holder's identity.
+
+Two drivers on one workdir would both train every pair, write each metrics
+line twice and delete each other's checkpoints (issue 12). `WorkdirLock`
+takes an exclusive `flock` on `<workdir>/.lock` for as long as the driver
+runs. The kernel drops a `flock` when its process dies, however it dies, so
+a lock left by a killed driver is free to take; the file still names that
+process, and taking it over says so. A second live process is refused with
+one line naming the workdir and the holder (PID, host, start time).
+"""
+
+from __future__ import annotations
+
+import datetime
+import fcntl
+import json
+import os
+import socket
+
+LOCK_NAME = ".lock"
+
+
+class WorkdirBusyError(ValueError):
+  """Another live process holds the workdir."""
+
+
+class WorkdirLock:
+  """Context manager: `with WorkdirLock(workdir, log=print): ...`."""
+
+  def __init__(self, workdir: str, log=print):
+    self.workdir = workdir
+    self.path = os.path.join(workdir, LOCK_NAME)
+    self.log = log
+    self._fd = None
+
+  def acquire(self) -> "WorkdirLock":
+    os.makedirs(self.workdir, exist_ok=True)
+    fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+      fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      holder = _describe(_read(fd))
+      os.close(fd)
+      raise WorkdirBusyError(
+          f"workdir {self.workdir} is in use by {holder}; wait for it to finish "
+          "or use another --workdir.") from None
+    previous = _read(fd)
+    if previous.get("pid") is not None:
+      self.log(f"workdir {self.workdir}: took over the lock left by {_describe(previous)}, "
+               "which is no longer running")
+    me = {"pid": os.getpid(), "host": socket.gethostname(),
+          "started": datetime.datetime.now(datetime.timezone.utc).isoformat(
+              timespec="seconds")}
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, json.dumps(me).encode(), 0)
+    self._fd = fd
+    return self
+
+  def release(self) -> None:
+    if self._fd is None:
+      return
+    os.ftruncate(self._fd, 0)  # an empty file = released cleanly
+    fcntl.flock(self._fd, fcntl.LOCK_UN)
+    os.close(self._fd)
+    self._fd = None
+
+  def __enter__(self) -> "WorkdirLock":
+    return self.acquire()
+
+  def __exit__(self, *exc) -> None:
+    self.release()
+
+
+def _read(fd: int) -> dict:
+  try:
+    data = os.pread(fd, 4096, 0)
+    return json.loads(data) if data.strip() else {}
+  except (OSError, ValueError):
+    return {}
+
+
+def _describe(info: dict) -> str:
+  if not info:
+    return "another process"
+  return (f"PID {info.get('pid')} on {info.get('host')} "
+          f"(started {info.get('started')})")

@@ -1,0 +1,238 @@
+"""Fault injection (issue 12): concurrent starts, damaged checkpoints, deleted
+logs, interrupted writes, full disks. Each test damages something the way a
+careless user or an unlucky machine would and asserts nothing is lost and
+nothing wrong is read."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from attention_jax.training import checkpoints
+from attention_jax.training import train_lib
+from attention_jax.training import workdir_lock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# --- item 1: one driver per workdir ---------------------------------------------
+
+def test_a_second_live_holder_is_refused_naming_the_first(tmp_path):
+  holder = subprocess.Popen(
+      [sys.executable, "-c", textwrap.dedent(f"""
+          import sys, time
+          from attention_jax.training import workdir_lock
+          with workdir_lock.WorkdirLock({str(tmp_path)!r}):
+            print("locked", flush=True)
+            sys.stdin.readline()
+          """)],
+      cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "locked"
+    with pytest.raises(workdir_lock.WorkdirBusyError) as info:
+      workdir_lock.WorkdirLock(str(tmp_path), log=lambda _: None).acquire()
+    message = str(info.value)
+    assert str(tmp_path) in message and f"PID {holder.pid}" in message and "started" in message
+  finally:
+    holder.communicate("\n", timeout=60)
+  # Released: the next one takes it without a word about a stale lock.
+  lines = []
+  with workdir_lock.WorkdirLock(str(tmp_path), log=lines.append):
+    pass
+  assert lines == []
+
+
+def test_the_lock_of_a_killed_process_is_taken_over_and_said_so(tmp_path):
+  proc = subprocess.run(
+      [sys.executable, "-c", textwrap.dedent(f"""
+          import os, signal
+          from attention_jax.training import workdir_lock
+          workdir_lock.WorkdirLock({str(tmp_path)!r}).acquire()
+          os.kill(os.getpid(), signal.SIGKILL)
+          """)], cwd=ROOT, capture_output=True, text=True)
+  assert proc.returncode == -9
+  dead = json.load(open(tmp_path / workdir_lock.LOCK_NAME))["pid"]
+  lines = []
+  with workdir_lock.WorkdirLock(str(tmp_path), log=lines.append):
+    assert json.load(open(tmp_path / workdir_lock.LOCK_NAME))["pid"] == os.getpid()
+  assert len(lines) == 1 and f"PID {dead}" in lines[0] and "took over" in lines[0]
+
+
+def test_two_ablations_on_one_workdir_the_second_refuses_at_once(tmp_path):
+  workdir = str(tmp_path / "w")
+  flags = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=400",
+           "--checkpoint_every=400", "--eval_every=400", f"--workdir={workdir}"]
+  first = subprocess.Popen([sys.executable, "-m", "experiments.ablation", *flags], cwd=ROOT,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  try:
+    assert "parameters" in first.stdout.readline()  # the first holds the lock and trains
+    second = subprocess.run([sys.executable, "-m", "experiments.ablation", *flags], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert second.returncode != 0
+    err = [l for l in second.stderr.splitlines() if l.strip()]
+    assert len(err) == 1 and workdir in err[0] and f"PID {first.pid}" in err[0], second.stderr
+  finally:
+    first.kill()
+    first.wait()
+
+
+# --- item 3: interrupted writes, deleted logs, file modes ------------------------
+
+def test_atomic_write_gives_the_mode_of_a_plain_open_not_0600(tmp_path):
+  old = os.umask(0o022)
+  try:
+    checkpoints.atomic_write(str(tmp_path / "a.md"), "x")
+    checkpoints.atomic_write(str(tmp_path / "b.png"), b"\x89PNG")
+    with open(tmp_path / "plain", "w"):
+      pass
+  finally:
+    os.umask(old)
+  modes = {p: os.stat(tmp_path / p).st_mode & 0o777 for p in ("a.md", "b.png", "plain")}
+  assert modes == {"a.md": 0o644, "b.png": 0o644, "plain": 0o644}
+  assert open(tmp_path / "b.png", "rb").read() == b"\x89PNG"
+
+
+def test_leftovers_of_killed_writes_are_removed_but_checkpoints_untouched(tmp_path):
+  (tmp_path / "runs" / "x" / "checkpoints").mkdir(parents=True)
+  stale = [tmp_path / ".tmp-table.mdab12", tmp_path / "runs" / "x" / ".tmp-result.json9"]
+  orbax_own = tmp_path / "runs" / "x" / "checkpoints" / ".tmp-keep"
+  for p in stale + [orbax_own, tmp_path / "table.md"]:
+    p.write_text("half")
+  removed = checkpoints.remove_stale_temporaries(str(tmp_path))
+  assert sorted(removed) == sorted(map(str, stale))
+  assert orbax_own.exists() and (tmp_path / "table.md").exists()
+
+
+def test_a_metrics_log_deleted_mid_run_is_rewritten_in_full_with_a_warning(tmp_path):
+  path = str(tmp_path / "metrics.jsonl")
+  lines = []
+  log = train_lib.MetricsLog(path, log=lines.append)
+  log.truncate_after(0)
+  for step in range(1, 7):
+    log.append({"step": step})
+  os.remove(path)  # a user tidying up
+  log.append({"step": 7})
+  assert [r["step"] for r in log.read()] == list(range(1, 8))
+  with open(path, "w") as f:  # or truncating it
+    f.write('{"step": 1}\n')
+  log.append({"step": 8})
+  assert [r["step"] for r in log.read()] == list(range(1, 9))
+  assert len(lines) == 2 and all("rewrote" in line and path in line for line in lines)
+  log.append({"step": 9})  # intact again: a plain append, no new warning
+  assert len(lines) == 2 and len(log.read()) == 9
+
+
+# --- item 8: checkpoints carry checksums ------------------------------------------
+
+def _saved(tmp_path, steps=(1, 2)):
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
+  for step in steps:
+    ckpt.save(step, {"w": jnp.full((64, 64), float(step))}, {"step": step})
+  return ckpt
+
+
+def _largest_file(step_dir):
+  files = [os.path.join(r, f) for r, _, fs in os.walk(step_dir) for f in fs]
+  return max(files, key=os.path.getsize)
+
+
+@pytest.mark.parametrize("damage", ["flip_bytes", "truncate_all", "truncate_largest"])
+def test_a_damaged_newest_checkpoint_is_named_set_aside_and_the_previous_used(
+    tmp_path, damage):
+  _saved(tmp_path)
+  step_dir = tmp_path / "ckpt" / "2"
+  if damage == "flip_bytes":
+    path = _largest_file(step_dir)
+    data = bytearray(open(path, "rb").read())
+    mid = len(data) // 2
+    data[mid:mid + 64] = bytes(b ^ 0xFF for b in data[mid:mid + 64])
+    open(path, "wb").write(bytes(data))
+  else:
+    files = ([_largest_file(step_dir)] if damage == "truncate_largest" else
+             [os.path.join(r, f) for r, _, fs in os.walk(step_dir) for f in fs])
+    for path in files:
+      os.truncate(path, os.path.getsize(path) // 2)
+  lines = []
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
+  arrays, meta = ckpt.restore_latest({"w": jnp.zeros((64, 64))}, log=lines.append)
+  assert meta == {"step": 1} and float(arrays["w"][0, 0]) == 1.0
+  assert len(lines) == 1 and "step 2" in lines[0] and "damaged" in lines[0]
+  assert os.path.isdir(tmp_path / "ckpt_damaged" / "2") and not step_dir.exists()
+  ckpt.save(3, {"w": jnp.full((64, 64), 3.0)}, {"step": 3})  # training goes on
+  assert ckpt.restore_latest({"w": jnp.zeros((64, 64))})[1] == {"step": 3}
+
+
+def test_checksums_follow_orbax_retention_and_intact_restores_say_nothing(tmp_path):
+  ckpt = _saved(tmp_path, steps=(1, 2, 3))
+  assert sorted(os.listdir(tmp_path / "ckpt")) == ["2", "3"]
+  assert sorted(n for n in os.listdir(tmp_path / "ckpt_sha256") if n.endswith(".json")) == [
+      "2.json", "3.json"]
+  lines = []
+  arrays, meta = ckpt.restore_latest({"w": jnp.zeros((64, 64))}, log=lines.append)
+  assert meta == {"step": 3} and np.all(np.asarray(arrays["w"]) == 3.0) and lines == []
+
+
+def test_every_checkpoint_damaged_starts_over_and_says_so(tmp_path):
+  _saved(tmp_path)
+  for step in ("1", "2"):
+    path = _largest_file(tmp_path / "ckpt" / step)
+    os.truncate(path, 1)
+  lines = []
+  assert checkpoints.Checkpointer(str(tmp_path / "ckpt")).restore_latest(
+      {"w": jnp.zeros((64, 64))}, log=lines.append) is None
+  assert len(lines) == 3 and "starts from step 0" in lines[-1]
+
+
+# --- item 10: bad paths and flags give one line, before any work ------------------
+
+def _one_line_failure(proc, *needles):
+  assert proc.returncode != 0
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert len(err) == 1 and all(n in err[0] for n in needles), proc.stderr
+
+
+@pytest.mark.parametrize("driver", ["ablation", "train", "benchmark"])
+def test_a_workdir_that_is_a_file_is_named_in_one_line(tmp_path, driver):
+  blocker = tmp_path / "file"
+  blocker.write_text("not a folder")
+  preset = "--preset=tiny" if driver == "benchmark" else "--preset=smoke"
+  for workdir in (blocker, blocker / "below"):
+    proc = subprocess.run([sys.executable, "-m", f"experiments.{driver}", preset,
+                           f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
+    _one_line_failure(proc, "--workdir", str(blocker))
+  assert blocker.read_text() == "not a folder"
+
+
+def test_an_unknown_dataset_is_refused_and_leaves_no_workdir(tmp_path):
+  proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                         "--dataset=bogus", f"--workdir={tmp_path / 'w'}"],
+                        cwd=ROOT, capture_output=True, text=True)
+  _one_line_failure(proc, "dataset", "bogus")
+  assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.parametrize("flags,needle", [
+    (["--datasets="], "--datasets"),
+    (["--datasets=bible_en_es,nope"], "'nope'"),
+    (["--stats", "--batch_size=0"], "--batch_size"),
+    (["--vocab_size=2"], "--vocab_size"),
+])
+def test_prepare_data_checks_its_flags_before_any_work(tmp_path, flags, needle):
+  proc = subprocess.run([sys.executable, "-m", "experiments.prepare_data",
+                         f"--data_dir={tmp_path / 'd'}", *flags],
+                        cwd=ROOT, capture_output=True, text=True)
+  _one_line_failure(proc, needle)
+  assert not (tmp_path / "d").exists()
+
+
+def test_prepare_data_names_a_data_dir_that_is_a_file(tmp_path):
+  (tmp_path / "f").write_text("")
+  proc = subprocess.run([sys.executable, "-m", "experiments.prepare_data",
+                         f"--data_dir={tmp_path / 'f'}"], cwd=ROOT, capture_output=True,
+                        text=True)
+  _one_line_failure(proc, "--data_dir", str(tmp_path / "f"))
