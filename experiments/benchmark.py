@@ -1000,6 +1000,14 @@ def main(argv):
     _fail(f"{FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
 
 
+def _end_last_line(path: str) -> None:
+  """Ends a row cut by a kill or a full disk with a newline, so that the rows
+  appended next start on their own line (readers skip the cut one)."""
+  with open(path, "ab+") as f:
+    if f.seek(0, os.SEEK_END) and (f.seek(-1, os.SEEK_END), f.read(1))[1] != b"\n":
+      f.write(b"\n")
+
+
 def _measure(settings: Settings) -> None:
   """Runs the suites; appends each row to benchmark.jsonl as it is measured.
 
@@ -1013,6 +1021,7 @@ def _measure(settings: Settings) -> None:
   path = os.path.join(FLAGS.workdir, "benchmark.jsonl")
   run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{os.getpid()}"
   rows: list[dict] = []
+  _end_last_line(path)
   with open(path, "a", encoding="utf-8") as f:
 
     def write(row):

@@ -17,6 +17,8 @@ from typing import Any, Callable
 import jax
 import orbax.checkpoint as ocp
 
+from attention_jax.training import multihost
+
 
 TMP_PREFIX = ".tmp-"
 
@@ -96,6 +98,8 @@ class Checkpointer:
     self.manager.save(step, args=ocp.args.Composite(
         arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
     self.manager.wait_until_finished()
+    if not multihost.is_primary():
+      return
     atomic_write(self._sums_path(step), json.dumps(_digests(self._step_dir(step)), indent=0))
     kept = {str(s) for s in self.manager.all_steps()}
     for name in os.listdir(self.sums_dir):
@@ -118,7 +122,10 @@ class Checkpointer:
           return out["arrays"], out["meta"]
         except Exception as e:  # pylint: disable=broad-except  # any unreadable step
           problem = f"Orbax cannot read it: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-      dest = self._set_aside(step)
+      multihost.sync(f"verified {self.directory} {step}")  # everyone read it
+      dest = self._set_aside(step) if multihost.is_primary() else "the damaged folder"
+      multihost.sync(f"set aside {self.directory} {step}")
+      self.manager.reload()
       log(f"checkpoint step {step} in {self.directory} is damaged ({problem}); "
           f"moved to {dest}; trying the previous one")
       set_aside = True
@@ -159,7 +166,6 @@ class Checkpointer:
     os.replace(self._step_dir(step), dest)
     if os.path.exists(self._sums_path(step)):
       os.replace(self._sums_path(step), os.path.join(dest, "sha256.json"))
-    self.manager.reload()
     return dest
 
 

@@ -22,10 +22,12 @@ import os
 import time
 from typing import Callable
 
+import jax
 import numpy as np
 
 from attention_jax.data import input_pipeline
 from attention_jax.training import checkpoints
+from attention_jax.training import multihost
 from attention_jax.training import reporting
 from attention_jax.training import significance as significance_lib
 from attention_jax.training import train_lib
@@ -169,12 +171,18 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   first, so the longest runs start first); otherwise one after another here.
   """
   os.makedirs(workdir, exist_ok=True)
+  if not multihost.is_primary():  # the primary holds the lock and writes every file
+    _run_locked(cfg, workdir, mesh=mesh, log=log, data=data)
+    log(f"process {jax.process_index()} of {jax.process_count()}: done; process 0 "
+        "writes the results")
+    return None
   with workdir_lock.WorkdirLock(workdir, log=log):  # one driver per workdir
     return _run_locked(cfg, workdir, mesh=mesh, log=log, data=data)
 
 
 def _run_locked(cfg, workdir, *, mesh, log, data) -> str | None:
-  for path in checkpoints.remove_stale_temporaries(workdir):
+  primary = multihost.is_primary()
+  for path in checkpoints.remove_stale_temporaries(workdir) if primary else ():
     log(f"removed {path}, left by an interrupted write")
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
   pending = []
@@ -200,11 +208,12 @@ def _run_locked(cfg, workdir, *, mesh, log, data) -> str | None:
       if not train_group(cfg, workdir, arm, dim, data, mesh=mesh, log=log, deadline=deadline):
         finished = False
         break
-      write_reports(workdir, cfg)
+      if primary:
+        write_reports(workdir, cfg)
   if not finished:
     log("time budget reached; re-run the same command to continue")
     return None
-  return write_reports(workdir, cfg)
+  return write_reports(workdir, cfg) if primary else None
 
 
 def train_group(cfg: ExperimentConfig, workdir: str, arm: str, dim: int, data, *,
@@ -212,7 +221,7 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: str, dim: int, data, *
                 deadline: float | None = None) -> bool:
   """Trains (or resumes) one (arm, dim) pair and writes its results; False if
   `deadline` stopped it first (its checkpoint is saved)."""
-  if deadline is not None and time.time() > deadline:
+  if deadline is not None and multihost.agree(time.time() > deadline):
     return False
   run_dir = group_dir(workdir, arm, dim)
   trainer = train_lib.EnsembleTrainer(cfg, arm, dim, data, tuple(range(cfg.seeds)), mesh=mesh)
@@ -220,6 +229,8 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: str, dim: int, data, *
   result = trainer.run(run_dir, log=log, deadline=deadline)
   if result is None:
     return False
+  if not multihost.is_primary():
+    return True
   if result.attention is not None:
     att = {k: (np.asarray(v).tolist() if k == "weights" else v)
            for k, v in result.attention.items()}
@@ -290,5 +301,5 @@ def _check(run_dir: str, fp: dict) -> None:
       shown = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
       raise ValueError(f"{run_dir} holds a run with other settings ({shown}); "
                        "use another --workdir or delete that folder.")
-  else:
+  elif multihost.is_primary():
     checkpoints.atomic_write(path, json.dumps(fp, indent=1, sort_keys=True))

@@ -32,6 +32,7 @@ from attention_jax import decoding
 from attention_jax import models
 from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
+from attention_jax.training import multihost
 from attention_jax.training.config import ExperimentConfig
 
 
@@ -160,8 +161,9 @@ class EnsembleTrainer:
                            f"number of devices ({mesh.size}) for data parallelism.")
       self._batch_sharding = NamedSharding(mesh, P("data"))
       replicated = NamedSharding(mesh, P())
-      self.params, self.rest, self.opt_state = jax.device_put(
-          (self.params, self.rest, self.opt_state), replicated)
+      self.params, self.rest, self.opt_state, self.best_params = jax.tree.map(
+          functools.partial(_global_array, sharding=replicated),
+          (self.params, self.rest, self.opt_state, self.best_params))
     self._train_step = self._build_train_step()
     self._eval_step = self._build_eval_step()
     self._diag_step = self._build_diag_step()
@@ -183,7 +185,7 @@ class EnsembleTrainer:
 
   def _check_params(self, step: int, log: Callable[[str], None]):
     """Marks members with any non-finite parameter as diverged at `step`."""
-    self.mark_diverged(~np.asarray(self._members_finite(self.params)), step,
+    self.mark_diverged(~multihost.to_host(self._members_finite(self.params)), step,
                        "non-finite parameters", log)
 
   # --- compiled functions -------------------------------------------------
@@ -273,8 +275,13 @@ class EnsembleTrainer:
   def _put(self, *arrays):
     if self._batch_sharding is None:
       return tuple(jnp.asarray(a) for a in arrays)
-    return tuple(jax.make_array_from_callback(a.shape, self._batch_sharding,
-                                              lambda idx, a=a: a[idx]) for a in arrays)
+    return tuple(_global_array(a, self._batch_sharding) for a in arrays)
+
+  def _replicated(self, array):
+    """`array` (the same in every process) as a device array beside the parameters."""
+    if self.mesh is None:
+      return jnp.asarray(array)
+    return _global_array(array, NamedSharding(self.mesh, P()))
 
   def _train_batches(self, start_step: int) -> Iterator:
     it = self.data.batches("train", self.cfg.batch_size, seed=self.cfg.data_seed, shuffle=True,
@@ -289,7 +296,7 @@ class EnsembleTrainer:
                                                                 self.tok.pad_id), batch.tgt)
     self.params, self.opt_state, loss = self._train_step(
         self.params, self.rest, self.opt_state, jnp.int32(step), src, tgt_in, tgt_out)
-    return np.asarray(loss)  # waits for the step: honest timings
+    return multihost.to_host(loss)  # waits for the step: honest timings
 
   # --- evaluation ---------------------------------------------------------
 
@@ -305,7 +312,7 @@ class EnsembleTrainer:
     for batch in self.data.batches(split, self.cfg.eval_batch_size, shuffle=False,
                                    repeat=False, limit=n):
       (src,) = self._put(batch.src)
-      tokens = np.asarray(decode(params, self.rest, src))  # [E, B, L]
+      tokens = multihost.to_host(decode(params, self.rest, src))  # [E, B, L]
       for row, index in enumerate(batch.index):
         if index >= 0:
           for e in range(len(self.seeds)):
@@ -324,10 +331,10 @@ class EnsembleTrainer:
     for batch in self.data.batches(split, self.cfg.eval_batch_size, shuffle=False,
                                    repeat=False):
       src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
-                                                                  self.tok.pad_id), batch.tgt)
+                                                                self.tok.pad_id), batch.tgt)
       batch_nll, batch_ntok = self._eval_step(params, self.rest, src, tgt_in, tgt_out)
-      nll += np.asarray(batch_nll, np.float64)
-      ntok += float(np.asarray(batch_ntok)[0])
+      nll += multihost.to_host(batch_nll).astype(np.float64)
+      ntok += float(multihost.to_host(batch_ntok)[0])
     return np.exp(nll / max(ntok, 1.0))
 
   def alignment(self, params, split: str = "test") -> dict[str, Any]:
@@ -336,19 +343,17 @@ class EnsembleTrainer:
     if getattr(self.model_config, "decoder", "luong").startswith("none_"):
       return None
     batch = next(self.data.batches(split, 1, shuffle=False, repeat=False, limit=1))
-    src = jnp.asarray(batch.src)
-    if self.mesh is not None:  # one sentence: replicated, not split over devices
-      src = jax.device_put(src, NamedSharding(self.mesh, P()))
+    src = self._replicated(batch.src)  # one sentence: not split over devices
     tokens, weights = self._decoder(self.cfg.beam_size, return_attention=True)(
         params, self.rest, src)  # [E, 1, L], [E, 1, L, S]
-    return {"src": self._pieces(batch.src[0]), "hyp": self._pieces(np.asarray(tokens)[0, 0]),
-            "weights": np.asarray(weights[0, 0], np.float32)}
+    return {"src": self._pieces(batch.src[0]), "hyp": self._pieces(multihost.to_host(tokens)[0, 0]),
+            "weights": multihost.to_host(weights)[0, 0].astype(np.float32)}
 
   def diagnose(self, batch) -> dict[str, np.ndarray]:
     src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
                                                                 self.tok.pad_id), batch.tgt)
     stats = self._diag_step(self.params, self.rest, src, tgt_in, tgt_out)
-    return {k: np.asarray(v, np.float64) for k, v in stats.items()}
+    return {k: multihost.to_host(v).astype(np.float64) for k, v in stats.items()}
 
   # --- checkpoint state -----------------------------------------------------
 
@@ -381,7 +386,8 @@ class EnsembleTrainer:
       self.best_step = np.asarray(meta["best_step"], np.int64)
       self.diverged_at = np.asarray(meta.get("diverged_at", self.diverged_at), np.int64)
       log(f"[{self.arm} d={self.dim}] resumed at step {meta['step']}")
-    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log)
+    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log,
+                         write=multihost.is_primary())
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
 
     diag_batch = next(self.data.batches("validation", cfg.batch_size, shuffle=False,
@@ -426,10 +432,8 @@ class EnsembleTrainer:
         better = scores > self.best_bleu
         self.best_bleu = np.where(better, scores, self.best_bleu)
         self.best_step = np.where(better, step, self.best_step)
-        mask = jnp.asarray(better)
-        self.best_params = jax.tree.map(
-            lambda new, old: jnp.where(mask.reshape((-1,) + (1,) * (new.ndim - 1)), new, old),
-            self.params, self.best_params)
+        self.best_params = _keep_better(self._replicated(better), self.params,
+                                        self.best_params)
         for e, seed in enumerate(self.seeds):
           metrics.append({"step": step, "seed": seed,
                           "val_bleu": None if np.isnan(scores[e]) else float(scores[e]),
@@ -442,7 +446,8 @@ class EnsembleTrainer:
                                         "best_bleu": self.best_bleu.tolist(),
                                         "best_step": self.best_step.tolist(),
                                         "diverged_at": self.diverged_at.tolist()})
-        if deadline is not None and time.time() > deadline and step < cfg.steps:
+        if (deadline is not None and step < cfg.steps
+            and multihost.agree(time.time() > deadline)):
           log(f"[{self.arm} d={self.dim}] time budget reached at step {step}; "
               "checkpoint saved, re-run the same command to resume")
           return None
@@ -490,6 +495,22 @@ class EnsembleTrainer:
     return out
 
 
+def _global_array(x, sharding):
+  """`x` (the same in every process) placed with `sharding`, built from each
+  process's own copy. `jax.device_put` of a process-local array onto devices
+  of several processes gave arrays Orbax could not save (one buffer spanning
+  both processes' devices; JAX 0.10.2, two CPU processes)."""
+  x = np.asarray(x)
+  return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+
+@jax.jit  # compiled, so that with several processes the result is one global array
+def _keep_better(better, new, old):
+  """Members flagged in `better [E]` take `new`, the others keep `old`."""
+  return jax.tree.map(
+      lambda n, o: jnp.where(better.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
+
+
 def _num(x) -> float | None:
   x = float(x)
   return None if math.isnan(x) else float(f"{x:.6g}")  # 6 significant digits
@@ -504,9 +525,10 @@ class MetricsLog:
   warning line, instead of silently restarting from the next line.
   """
 
-  def __init__(self, path: str, log: Callable[[str], None] = print):
+  def __init__(self, path: str, log: Callable[[str], None] = print, write: bool = True):
     self.path = path
     self.log = log
+    self.write = write  # False: every call but `read` does nothing (not the primary process)
     self._lines: list[str] | None = None  # None: a read-only view
     self._size = 0
 
@@ -523,6 +545,8 @@ class MetricsLog:
     return rows
 
   def truncate_after(self, step: int) -> None:
+    if not self.write:
+      return
     self._lines = [json.dumps(r) + "\n" for r in self.read() if r["step"] <= step]
     self._rewrite()
 
@@ -532,6 +556,8 @@ class MetricsLog:
     self._size = len(text.encode())
 
   def append(self, row: dict) -> None:
+    if not self.write:
+      return
     line = json.dumps(row) + "\n"
     if self._lines is None:  # not opened for writing by truncate_after
       with open(self.path, "a") as f:

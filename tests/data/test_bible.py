@@ -233,7 +233,21 @@ def _lost_shard(version_dir):
   next(version_dir.glob("*-test.array_record*")).unlink()
 
 
-@pytest.mark.parametrize("damage", [_killed_before_marker, _lost_metadata, _lost_shard])
+def _truncated_shard(version_dir):  # the marker stays: only its checksums can tell
+  shard = next(version_dir.glob("*-train.array_record*"))
+  shard.write_bytes(shard.read_bytes()[: shard.stat().st_size // 2])
+
+
+def _flipped_bytes(version_dir):  # same size, other content
+  shard = next(version_dir.glob("*-train.array_record*"))
+  data = bytearray(shard.read_bytes())
+  data[len(data) // 2: len(data) // 2 + 64] = bytes(b ^ 0xFF for b in
+                                                     data[len(data) // 2: len(data) // 2 + 64])
+  shard.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_killed_before_marker, _lost_metadata, _lost_shard,
+                                    _truncated_shard, _flipped_bytes])
 def test_ensure_prepared_rebuilds_damaged_data(tmp_path, damage):
   make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
   prepare = lambda: bible.ensure_prepared(make, lock_dir=tmp_path)

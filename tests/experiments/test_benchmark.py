@@ -180,3 +180,12 @@ def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
   after = _rows(tmp_path)
   assert after[:4] == before and len(after) == 5 and after[4]["run"] != before[0]["run"]
   assert open(tmp_path / "benchmark.md").read() == md_before  # not half-replaced
+  # A row cut in half (a kill mid-write): the next run's rows start on a line of their own.
+  with open(tmp_path / "benchmark.jsonl", "a") as f:
+    f.write('{"suite": "kernels", "impl": "cut')
+  third = _run(args, tmp_path)
+  assert third.returncode == 0, third.stderr[-3000:]
+  lines = open(tmp_path / "benchmark.jsonl").read().splitlines()
+  assert lines[5] == '{"suite": "kernels", "impl": "cut'
+  rows = [json.loads(line) for line in lines[:5] + lines[6:]]
+  assert rows[:5] == after and len(rows) == 9 and len({r["run"] for r in rows[5:]}) == 1

@@ -188,6 +188,68 @@ def test_every_checkpoint_damaged_starts_over_and_says_so(tmp_path):
   assert len(lines) == 3 and "starts from step 0" in lines[-1]
 
 
+# --- a full disk -----------------------------------------------------------------
+
+def test_a_full_disk_mid_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path,
+                                                                          monkeypatch):
+  path = tmp_path / "table.md"
+  checkpoints.atomic_write(str(path), "old")
+
+  def full(fd):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(os, "fsync", full)
+  with pytest.raises(OSError, match="No space left"):
+    checkpoints.atomic_write(str(path), "new " * 1000)
+  assert path.read_text() == "old" and os.listdir(tmp_path) == ["table.md"]
+
+
+# The disk fills while the named file is written (its fsync fails); the rest of
+# the run is the real driver.
+_FULL_DISK_AT = """
+import os, sys
+from absl import app
+from attention_jax.training import checkpoints
+from experiments import ablation
+victim = sys.argv.pop(1)
+real_write, real_fsync = checkpoints.atomic_write, os.fsync
+def write(path, data):
+  if os.path.basename(path) == victim:
+    def full(fd):
+      raise OSError(28, "No space left on device")
+    os.fsync = full
+  try:
+    real_write(path, data)
+  finally:
+    os.fsync = real_fsync
+checkpoints.atomic_write = write
+app.run(ablation.main)
+"""
+
+
+@pytest.mark.slow  # four smoke ablations, ~2 min on 2 cores
+@pytest.mark.parametrize("victim", ["result.json", "table.md"])
+def test_a_full_disk_during_an_ablation_is_one_line_and_a_rerun_finishes(tmp_path, victim):
+  workdir = tmp_path / "w"
+  flags = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=40",
+           "--eval_every=40", f"--workdir={workdir}"]
+  crashed = subprocess.run([sys.executable, "-c", _FULL_DISK_AT, victim, *flags], cwd=ROOT,
+                           capture_output=True, text=True)
+  _one_line_failure(crashed, str(workdir), "No space left on device")
+  left = [os.path.join(r, f) for r, _, fs in os.walk(workdir) for f in fs]
+  assert not [f for f in left if os.path.basename(f).startswith(checkpoints.TMP_PREFIX)]
+  assert (workdir / "runs" / "additive_d8" / "result.json").exists() == (victim == "table.md")
+
+  rerun = subprocess.run([sys.executable, "-m", "experiments.ablation", *flags], cwd=ROOT,
+                         capture_output=True, text=True)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  rows = [json.loads(l) for l in open(workdir / "results.jsonl")]
+  assert [r["seed"] for r in rows] == [0, 1] and all(r["test_bleu"] is not None for r in rows)
+  metrics = [json.loads(l) for l in open(workdir / "runs" / "additive_d8" / "metrics.jsonl")]
+  keys = [(m["step"], m["seed"], "val_bleu" in m) for m in metrics]
+  assert len(keys) == len(set(keys))  # nothing logged twice by the resumed run
+
+
 # --- item 10: bad paths and flags give one line, before any work ------------------
 
 def _one_line_failure(proc, *needles):

@@ -1,0 +1,68 @@
+"""`jax.distributed` on one machine (issue 12): two CPU processes on localhost
+train one ablation together and give the numbers of one process with the same
+two devices; only process 0 writes results."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ARGS = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=60"]
+
+
+def _ablation(workdir, *extra, env=None):
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.ablation", *ARGS, f"--workdir={workdir}", *extra],
+      cwd=ROOT, env={**os.environ, **(env or {})}, stdout=subprocess.PIPE,
+      stderr=subprocess.STDOUT, text=True)
+
+
+def _free_port() -> int:
+  with socket.socket() as s:
+    s.bind(("localhost", 0))
+    return s.getsockname()[1]
+
+
+def _rows(path):
+  with open(path) as f:
+    return [json.loads(line) for line in f]
+
+
+def _files(workdir):
+  """Every file outside the Orbax checkpoint folders, relative to `workdir`."""
+  out = set()
+  for root, dirs, files in os.walk(workdir):
+    dirs[:] = [d for d in dirs if d != "checkpoints"]
+    out.update(os.path.relpath(os.path.join(root, f), workdir) for f in files)
+  return out
+
+
+@pytest.mark.slow  # three smoke runs, one of two processes
+def test_two_processes_equal_one_process_with_two_devices_and_only_process_0_writes(tmp_path):
+  one = _ablation(tmp_path / "one", env={"XLA_FLAGS": "--xla_force_host_platform_device_count=2"})
+  out_one, _ = one.communicate(timeout=600)
+  assert one.returncode == 0, out_one
+
+  coordinator = f"localhost:{_free_port()}"
+  procs = [_ablation(tmp_path / "two", f"--coordinator_address={coordinator}",
+                     "--num_processes=2", f"--process_id={i}") for i in range(2)]
+  outs = [p.communicate(timeout=600)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], outs
+
+  # The same numbers: every result field but the clock, every metrics line.
+  strip = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]
+  rows_one = strip(_rows(tmp_path / "one" / "results.jsonl"))
+  assert rows_one == strip(_rows(tmp_path / "two" / "results.jsonl"))
+  assert all(r["test_bleu"] is not None for r in rows_one)
+  metrics = os.path.join("runs", "additive_d8", "metrics.jsonl")
+  assert _rows(tmp_path / "two" / metrics) == _rows(tmp_path / "one" / metrics)
+
+  # Process 1 wrote nothing of its own: the same files as one process (so no
+  # metrics line twice), no table on its output.
+  assert _files(tmp_path / "two") == _files(tmp_path / "one")
+  assert "| dim |" in outs[0] and "| dim |" not in outs[1]
+  assert "process 1 of 2: done; process 0 writes the results" in outs[1]
