@@ -19,7 +19,7 @@ from attention_jax import _validate
 from attention_jax import blockwise
 from attention_jax import scores as scores_lib
 
-__all__ = ["attend", "attention", "compute_scores", "IMPLEMENTATIONS"]
+__all__ = ["attend", "attention", "compute_scores", "select_implementation", "IMPLEMENTATIONS"]
 
 IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
 
@@ -172,30 +172,84 @@ def _fused(query, keys, values, mask, scale, implementation):
   return out
 
 
+def _blockwise_serves(score, query, keys, params) -> bool:
+  """Whether `f(query, keys)` is one scaled dot product (`_blockwise_operands`)."""
+  if score in ("dot", "scaled_dot"):
+    return query.shape[-1] == keys.shape[-1]
+  if score == "cosine":
+    beta_shape = jnp.shape(dict(params or {}).get("beta", 1.0))
+    return query.shape[-1] == keys.shape[-1] and (not beta_shape or beta_shape[-1] == 1)
+  return score == "general"
+
+
 def _blockwise_operands(score, query, keys, params):
-  """`(query', keys', scale)` with `f(query, keys) = scale · query' keys'ᵀ`, or None.
+  """`(query', keys', scale)` with `f(query, keys) = scale · query' keys'ᵀ`.
 
   The dot-product family reduces to one scaled dot product, so the
-  `blockwise` kernel serves all of it: `general` folds `W` into the query,
-  `cosine` normalises both sides (with the same 1e-6 norm clamp as
-  `scores.cosine`) and folds a per-query `beta [..., Tq, 1]` into the query.
+  `blockwise` kernel serves all of it (`_blockwise_serves`): `general` folds
+  `W` into the query, `cosine` normalises both sides (with the same 1e-6 norm
+  clamp as `scores.cosine`) and folds a per-query `beta [..., Tq, 1]` into
+  the query.
   """
   params = dict(params or {})
   if score in ("dot", "scaled_dot"):
-    if query.shape[-1] != keys.shape[-1]:
-      return None
     return query, keys, (1.0 if score == "dot" else None)
   if score == "general":
     w = jnp.asarray(params["w"])
     return jnp.matmul(query, w.astype(query.dtype)), keys, 1.0  # [..., Tq, dk]
-  if score == "cosine":
-    beta = jnp.asarray(params.get("beta", 1.0))
-    if query.shape[-1] != keys.shape[-1] or (beta.ndim and beta.shape[-1] != 1):
-      return None
+  beta = jnp.asarray(params.get("beta", 1.0))  # cosine
+  unit = scores_lib.unit_vectors
+  return beta.astype(query.dtype) * unit(query), unit(keys), 1.0
 
-    unit = scores_lib.unit_vectors
-    return beta.astype(query.dtype) * unit(query), unit(keys), 1.0
-  return None
+
+def select_implementation(score: str, implementation: str, query, keys, values, *,
+                          params: Mapping[str, Any] | None = None,
+                          return_weights: bool = False) -> str:
+  """The one switch that picks the kernel of `attention` for these inputs
+  (`layers.MultiHeadAttention` asks it too, before handing its heads over).
+
+  Returns:
+    'plain' (scores + `attend`: any score, the weights available),
+    'blockwise' (`blockwise.dot_product_attention`: the dot-product family,
+    no weights), or 'fused' (`jax.nn.dot_product_attention` with the
+    requested 'xla' / 'cudnn', or under 'auto' cuDNN flash attention where
+    `_cudnn_applies` (which also looks at the mask), else XLA's kernel:
+    `dot` / `scaled_dot` with dq == dk == dv, no weights). `auto` chooses fused off CPUs, and on CPUs
+    blockwise from `_BLOCKWISE_MIN_KEYS` keys on (measured: the constant's
+    comment), plain otherwise.
+
+  Raises:
+    ValueError: an explicit `implementation` that cannot serve the inputs,
+      naming the score and the shapes.
+  """
+  if implementation not in IMPLEMENTATIONS:
+    raise ValueError(
+        f"`implementation` must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
+  # jax.nn.dot_product_attention needs one feature size for q, k and v.
+  fusable = (score in ("dot", "scaled_dot") and not return_weights
+             and query.shape[-1] == keys.shape[-1] == values.shape[-1])
+  if implementation in ("xla", "cudnn"):
+    if not fusable:
+      raise ValueError(
+          f"`implementation={implementation!r}` supports score 'dot'/'scaled_dot' "
+          f"with dq == dk == dv and no return_weights; got score={score!r}, "
+          f"shapes q {tuple(query.shape)}, k {tuple(keys.shape)}, "
+          f"v {tuple(values.shape)}, return_weights={return_weights}.")
+    return "fused"
+  blockwise_ok = not return_weights and _blockwise_serves(score, query, keys, params)
+  if implementation == "blockwise":
+    if not blockwise_ok:
+      raise ValueError(
+          "`implementation='blockwise'` supports scores 'dot', 'scaled_dot', 'general' "
+          "and 'cosine' (beta scalar or [..., Tq, 1]) without return_weights; got "
+          f"score={score!r}, q {tuple(query.shape)}, k {tuple(keys.shape)}, "
+          f"return_weights={return_weights}.")
+    return "blockwise"
+  if implementation == "plain":
+    return "plain"
+  if jax.default_backend() == "cpu":  # auto on a CPU
+    return "blockwise" if blockwise_ok and keys.shape[-2] >= _BLOCKWISE_MIN_KEYS else "plain"
+  return "fused" if fusable else "plain"
 
 
 def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
@@ -229,9 +283,6 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     Integer / bool inputs are promoted to float32 first; a feature axis of
     size 0 or no keys (Tk = 0) is a ValueError naming the argument.
   """
-  if implementation not in IMPLEMENTATIONS:
-    raise ValueError(
-        f"`implementation` must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
   query, keys, values = (_validate.as_float(x, n)
                          for x, n in ((query, "query"), (keys, "keys"), (values, "values")))
   for name, x in (("query", query), ("keys", keys), ("values", values)):
@@ -239,15 +290,8 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   _validate.nonempty_axis(query, "query", -1, "feature")
   _validate.nonempty_axis(keys, "keys", -1, "feature")
   _validate.nonempty_axis(keys, "keys", -2, "key (Tk)")
-  # jax.nn.dot_product_attention needs one feature size for q, k and v.
-  fusable = (score in ("dot", "scaled_dot") and not return_weights
-             and query.shape[-1] == keys.shape[-1] == values.shape[-1])
-  if implementation in ("xla", "cudnn") and not fusable:
-    raise ValueError(
-        f"`implementation={implementation!r}` supports score 'dot'/'scaled_dot' "
-        f"with dq == dk == dv and no return_weights; got score={score!r}, "
-        f"shapes q {tuple(query.shape)}, k {tuple(keys.shape)}, v {tuple(values.shape)}, "
-        f"return_weights={return_weights}.")
+  kernel = select_implementation(score, implementation, query, keys, values,
+                                 params=params, return_weights=return_weights)
   scores = jax.eval_shape(lambda: compute_scores(score, query, keys, params))
   _validate.same_size(keys.shape[-2], values.shape[-2], "keys (Tk axis)",
                       "values (Tk axis)", keys.shape, values.shape)
@@ -255,21 +299,10 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   _validate.broadcast_shapes({"query/keys (leading axes)": scores.shape[:-2],
                               "values (leading axes)": values.shape[:-2]})
   mask = _check_mask(mask, scores.shape)
-  on_cpu_auto = implementation == "auto" and jax.default_backend() == "cpu"
-  wants_blockwise = implementation == "blockwise" or (
-      on_cpu_auto and keys.shape[-2] >= _BLOCKWISE_MIN_KEYS)
-  operands = (_blockwise_operands(score, query, keys, params)
-              if wants_blockwise and not return_weights else None)
-  if implementation == "blockwise" and operands is None:
-    raise ValueError(
-        "`implementation='blockwise'` supports scores 'dot', 'scaled_dot', 'general' "
-        "and 'cosine' (beta scalar or [..., Tq, 1]) without return_weights; got "
-        f"score={score!r}, q {tuple(query.shape)}, k {tuple(keys.shape)}, "
-        f"return_weights={return_weights}.")
-  if operands is not None:
-    q, k, scale = operands
+  if kernel == "blockwise":
+    q, k, scale = _blockwise_operands(score, query, keys, params)
     return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
-  if fusable and implementation != "plain" and not on_cpu_auto:
+  if kernel == "fused":
     scale = 1.0 if score == "dot" else None
     return _fused(query, keys, values, mask, scale, implementation)
   if query.dtype == jnp.float16 or keys.dtype == jnp.float16:

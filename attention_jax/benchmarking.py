@@ -1,4 +1,4 @@
-"""Honest-measurement helpers for attention benchmarks (used by experiments/benchmark.py).
+"""Honest-measurement helpers for attention benchmarks (used by experiments/benchmarks/).
 
 - FLOPs by the FlashAttention convention: forward `4·B·H·Tq·Tk·D` (two
   matmuls of `2·Tq·Tk·D` per head), halved when causal; forward+backward is
@@ -35,7 +35,7 @@ from attention_jax import _validate
 
 __all__ = [
     "attention_flops", "PEAK_TFLOPS", "dense_peak_tflops", "Timing", "compile_fn",
-    "time_compiled", "time_callable", "time_interleaved", "CpuSnapshot", "cpu_snapshot",
+    "time_interleaved", "CpuSnapshot", "cpu_snapshot",
     "other_cpu_load", "memory_stats", "peak_device_memory",
     "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
     "verify_close", "default_tolerance", "machine_description",
@@ -118,41 +118,6 @@ def compile_fn(fn: Callable, *args, static_argnums=()) -> tuple[Any, float]:
   start = time.perf_counter()
   compiled = jax.jit(fn, static_argnums=static_argnums).lower(*args).compile()
   return compiled, time.perf_counter() - start
-
-
-def time_compiled(compiled: Callable, *args, warmup: int = 2, repeats: int = 10) -> Timing:
-  """Times `compiled(*args)`: `warmup` discarded calls, then `repeats` timed ones.
-
-  Each call is followed by `jax.block_until_ready`, so the asynchronous
-  dispatch cannot hide the computation.
-  """
-  warmup = _validate.positive_int(warmup, "warmup") if warmup else 0
-  repeats = _validate.positive_int(repeats, "repeats")
-  for _ in range(warmup):
-    jax.block_until_ready(compiled(*args))
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    times.append(time.perf_counter() - start)
-  return Timing.from_times(times)
-
-
-def time_callable(fn: Callable[[], Any], *, warmup: int = 2, repeats: int = 10,
-                  sync: Callable[[Any], Any] = lambda x: x) -> Timing:
-  """Times a zero-argument callable that is not a JAX program (e.g. PyTorch).
-
-  `sync(result)` must block until the result is computed.
-  """
-  repeats = _validate.positive_int(repeats, "repeats")
-  for _ in range(warmup):
-    sync(fn())
-  times = []
-  for _ in range(repeats):
-    start = time.perf_counter()
-    sync(fn())
-    times.append(time.perf_counter() - start)
-  return Timing.from_times(times)
 
 
 def time_interleaved(calls: Mapping[str, Callable[[], Any]], *, warmup: int = 2,

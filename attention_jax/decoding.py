@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import masks
-from attention_jax.models import _common
+from attention_jax.models import common
 
 __all__ = ["greedy", "beam_search", "jit_greedy", "jit_beam_search", "output_length"]
 
@@ -104,7 +104,7 @@ def greedy(model, src: jax.Array, *, max_len: int | None = None,
   Returns:
     int32 ids `[B, L]`, or `(ids, weights [B, L, S] float32)`.
   """
-  src = _common.tokens(src, "src")
+  src = common.tokens(src, "src")
   cfg = model.config
   batch, src_len = src.shape
   length = output_length(model, src_len, max_len=max_len, max_len_a=max_len_a,
@@ -203,7 +203,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int = 4,
     int32 ids `[B, L]` of the best finished hypothesis, or
     `(ids, weights [B, L, S] float32)`.
   """
-  src = _common.tokens(src, "src")
+  src = common.tokens(src, "src")
   if not isinstance(beam_size, int) or beam_size <= 0:
     raise ValueError(f"`beam_size` must be a positive int, got {beam_size!r}.")
   if length_penalty < 0:

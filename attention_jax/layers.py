@@ -11,16 +11,8 @@ Two layers, both with the score function chosen by name (`SCORES`):
   compute with float32 parameters, an autoregressive key/value cache and the
   attention weights returned on request.
 
-Score names (Britz et al. 2017 eq. 6-7, Luong et al. 2015, Vaswani et al. 2017):
-
-  additive               vᵀ tanh(W_1 s + b_1 + W_2 h + b_2)
-  multiplicative         ⟨W_1 s + b_1, W_2 h + b_2⟩
-  scaled_multiplicative  the same / √a
-  dot                    sᵀh
-  scaled_dot             sᵀh / √d
-  general                sᵀ W h
-  cosine                 β · cos(s, h), β learned, initialised to √d
-  location               (W_a s + b_a)[:S]  (no keys; needs a maximum length)
+Score names and formulas: `registry.SCORES` (Britz et al. 2017 eq. 6-7,
+Luong et al. 2015, Vaswani et al. 2017).
 
 In `MultiHeadAttention` the per-head query/key projections W^Q_i, W^K_i (with
 bias) *are* the W_1, W_2 of the multiplicative score, so `multiplicative` runs
@@ -42,26 +34,21 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax.attention import attend, attention, compute_scores
+from attention_jax.attention import attend, attention, compute_scores, select_implementation
+from attention_jax import registry
 from attention_jax import scores as scores_lib
 
-__all__ = ["SCORES", "check_score", "Attention", "MultiHeadAttention", "dropout_key"]
+__all__ = ["SCORES", "GLOROT", "check_score", "Attention", "MultiHeadAttention", "dropout_key"]
 
-SCORES = ("additive", "multiplicative", "scaled_multiplicative", "dot",
-          "scaled_dot", "general", "cosine", "location")
+SCORES = registry.LAYER_SCORES
 
-# Scores whose formula compares the query and the key directly: they need
-# query and key vectors of the same size.
-_SAME_DIM_SCORES = ("dot", "scaled_dot", "cosine")
-
-_glorot = nnx.initializers.xavier_uniform()
+# Glorot/Xavier uniform: the initialiser of every projection in the library.
+GLOROT = nnx.initializers.xavier_uniform()
 
 
 def check_score(score: str, field: str = "score") -> str:
   """Raises a ValueError naming `field` unless `score` is in `SCORES`."""
-  if score not in SCORES:
-    raise ValueError(f"`{field}` must be one of {SCORES}, got {score!r}.")
-  return score
+  return registry.get(score, field).name
 
 
 def dropout_key(rngs) -> jax.Array | None:
@@ -123,23 +110,24 @@ class Attention(nnx.Module):
                max_source_length: int | None = None,
                dtype: Any = None, param_dtype: Any = jnp.float32,
                rngs: nnx.Rngs):
-    check_score(score)
-    if score in _SAME_DIM_SCORES and query_dim != key_dim:
+    spec = registry.get(score)
+    if spec.same_dim and query_dim != key_dim:
       raise ValueError(
           f"score {score!r} compares query and key directly and needs "
           f"query_dim == key_dim, got {query_dim} and {key_dim}; use "
           "'multiplicative' / 'general' or equal sizes.")
-    if score == "location" and not max_source_length:
-      raise ValueError("score 'location' needs `max_source_length` (> 0).")
+    if spec.needs_length and not max_source_length:
+      raise ValueError(f"score {score!r} needs `max_source_length` (> 0).")
     self.score = score
     self.query_dim, self.key_dim = query_dim, key_dim
     self.attention_dim = attention_dim or key_dim
     self.max_source_length = max_source_length
     self.dtype = dtype
     a = self.attention_dim
-    linear = dict(use_bias=True, kernel_init=_glorot, dtype=dtype,
+    linear = dict(use_bias=True, kernel_init=GLOROT, dtype=dtype,
                   param_dtype=param_dtype, rngs=rngs)
-    if score in ("additive", "multiplicative", "scaled_multiplicative"):
+    self.projected = spec.projected
+    if spec.projected:
       self.query_proj = nnx.Linear(query_dim, a, **linear)
       self.key_proj = nnx.Linear(key_dim, a, **linear)
     if score == "additive":
@@ -147,7 +135,7 @@ class Attention(nnx.Module):
       self.v = _param(nnx.initializers.normal(a ** -0.5), rngs.params(), (a,),
                       param_dtype)
     elif score == "general":
-      self.w = _param(_glorot, rngs.params(), (query_dim, key_dim), param_dtype)
+      self.w = _param(GLOROT, rngs.params(), (query_dim, key_dim), param_dtype)
     elif score == "cosine":
       # Cosines of random vectors have std 1/√d: β = √d gives unit-scale scores.
       self.beta = nnx.Param(jnp.full((), math.sqrt(key_dim), param_dtype))
@@ -157,7 +145,7 @@ class Attention(nnx.Module):
   def prepare(self, keys: jax.Array) -> jax.Array:
     """Key-side work done once per sentence: `[B, S, dk]` -> `[B, S, a]`
     (projected keys) for additive / multiplicative scores, else `keys` as is."""
-    if self.score in ("additive", "multiplicative", "scaled_multiplicative"):
+    if self.projected:
       return self.key_proj(keys)  # [B, S, a]
     return keys
 
@@ -174,9 +162,9 @@ class Attention(nnx.Module):
       # `scores.additive` offers for long query axes is not needed here.
       out = _additive_rematerialised(q_proj, prepared.astype(q_proj.dtype),
                                      self.v[...].astype(q_proj.dtype))  # [B, Tq, S]
-    elif s in ("multiplicative", "scaled_multiplicative"):
+    elif self.projected:  # multiplicative, scaled_multiplicative
       q_proj = self.query_proj(query)  # [B, Tq, a]
-      fn = scores_lib.dot if s == "multiplicative" else scores_lib.scaled_dot
+      fn = getattr(scores_lib, registry.SCORES[s].fused)  # dot / scaled_dot
       out = fn(q_proj, prepared.astype(q_proj.dtype))  # [B, Tq, S]
     elif s == "location":
       if src_len > self.max_source_length:
@@ -254,7 +242,7 @@ class MultiHeadAttention(nnx.Module):
       dtype / param_dtype: compute / parameter dtypes.
       rngs: parameter initialisation.
     """
-    check_score(score)
+    spec = registry.get(score)
     if num_heads <= 0 or in_features <= 0:
       raise ValueError(
           f"`num_heads` and `in_features` must be > 0, got {num_heads}, {in_features}.")
@@ -264,8 +252,8 @@ class MultiHeadAttention(nnx.Module):
           f"`num_heads` {num_heads} (d_k = d_v = d_model / h).")
     if not 0.0 <= dropout_rate < 1.0:
       raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate}.")
-    if score == "location" and not max_length:
-      raise ValueError("score 'location' needs `max_length` (> 0).")
+    if spec.needs_length and not max_length:
+      raise ValueError(f"score {score!r} needs `max_length` (> 0).")
     self.num_heads = num_heads
     self.qk_features = qk_features or in_features // num_heads
     self.v_features = v_features or in_features // num_heads
@@ -276,7 +264,7 @@ class MultiHeadAttention(nnx.Module):
     kv_features = kv_features or in_features
     out_features = out_features or in_features
     h, dk, dv = num_heads, self.qk_features, self.v_features
-    linear = dict(use_bias=use_bias, kernel_init=_glorot, dtype=dtype,
+    linear = dict(use_bias=use_bias, kernel_init=GLOROT, dtype=dtype,
                   param_dtype=param_dtype, rngs=rngs)
     self.query = nnx.Linear(in_features, h * dk, **linear)
     self.key = nnx.Linear(kv_features, h * dk, **linear)
@@ -284,15 +272,15 @@ class MultiHeadAttention(nnx.Module):
     self.out = nnx.Linear(h * dv, out_features, **linear)
     key = rngs.params
     if score == "additive":
-      self.w_q = _param(_glorot, key(), (h, dk, dk), param_dtype)
-      self.w_k = _param(_glorot, key(), (h, dk, dk), param_dtype)
+      self.w_q = _param(GLOROT, key(), (h, dk, dk), param_dtype)
+      self.w_k = _param(GLOROT, key(), (h, dk, dk), param_dtype)
       self.v = _param(nnx.initializers.normal(dk ** -0.5), key(), (h, dk), param_dtype)
     elif score == "general":
-      self.w = _param(_glorot, key(), (h, dk, dk), param_dtype)
+      self.w = _param(GLOROT, key(), (h, dk, dk), param_dtype)
     elif score == "cosine":
       self.beta = nnx.Param(jnp.full((h,), math.sqrt(dk), param_dtype))
     elif score == "location":
-      self.w_loc = _param(_glorot, key(), (h, dk, max_length), param_dtype)
+      self.w_loc = _param(GLOROT, key(), (h, dk, max_length), param_dtype)
       self.b_loc = nnx.Param(jnp.zeros((h, max_length), param_dtype))
     self.dropout = nnx.Dropout(dropout_rate)
 
@@ -318,12 +306,13 @@ class MultiHeadAttention(nnx.Module):
     -> `[B, H, T, S]`."""
     s = self.score
     dtype = self.dtype or jnp.result_type(q, k)
+    if dtype == jnp.float16:  # as `attention`: float16 scores beyond 65504 would be inf
+      dtype = jnp.float32
     q, k = q.astype(dtype), k.astype(dtype)
     per_head = lambda name: getattr(self, name)[...].astype(dtype)
-    if s in ("dot", "multiplicative"):
-      out = scores_lib.dot(q, k)
-    elif s in ("scaled_dot", "scaled_multiplicative"):
-      out = scores_lib.scaled_dot(q, k)
+    fused = registry.SCORES[s].fused
+    if fused:  # dot, scaled_dot; (scaled_)multiplicative on the projected heads
+      out = getattr(scores_lib, fused)(q, k)
     elif s == "general":
       out = jax.vmap(scores_lib.general, in_axes=(1, 1, 0), out_axes=1)(
           q, k, per_head("w"))
@@ -367,15 +356,16 @@ class MultiHeadAttention(nnx.Module):
     use_dropout = not deterministic and self.dropout_rate > 0.0
     if use_dropout and dropout_key is None:
       raise ValueError("deterministic=False with dropout needs `rngs` / a dropout key.")
-    fused = (self.score in ("dot", "scaled_dot", "multiplicative", "scaled_multiplicative")
-             and not use_dropout and score_offset is None and not return_weights)
-    if fused:
-      # No weights to read back: let `attention` pick the fused kernel
-      # (jax.nn.dot_product_attention, cuDNN flash attention on GPUs).
-      name = "dot" if self.score in ("dot", "multiplicative") else "scaled_dot"
+    # The pure score of the projected heads (None: per-head score parameters,
+    # computed here); dropout on the weights and offsets need the plain path.
+    pure = registry.SCORES[self.score].fused
+    kernel = "plain" if pure is None else select_implementation(
+        pure, "auto", q, k, v,
+        return_weights=return_weights or use_dropout or score_offset is not None)
+    if kernel != "plain":  # blockwise or fused (cuDNN flash attention on GPUs)
       dtype = self.dtype or jnp.result_type(q, k, v)
       context = attention(
-          q.astype(dtype), k.astype(dtype), v.astype(dtype), score=name,
+          q.astype(dtype), k.astype(dtype), v.astype(dtype), score=pure,
           mask=mask, implementation="auto")  # [B, H, T, d_v]
       aux = None
     else:

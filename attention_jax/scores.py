@@ -25,11 +25,13 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax import _validate
+from attention_jax import registry
 
 __all__ = ["dot", "scaled_dot", "general", "additive", "additive_naive",
            "additive_projected", "cosine", "unit_vectors", "SCORE_NAMES"]
 
-SCORE_NAMES = ("dot", "scaled_dot", "general", "additive", "cosine")
+# The scores defined here as pure functions (the registry says which).
+SCORE_NAMES = registry.FUNCTION_SCORES
 
 # Elements of the [chunk, ..., Tk, a] tanh block kept live at once by
 # `additive`; 2**22 float32 values = 16 MiB. Below this the whole tensor is

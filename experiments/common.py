@@ -22,11 +22,6 @@ from attention_jax.training import config as config_lib
 FLAGS = flags.FLAGS
 
 _DEFAULTS = config_lib.ExperimentConfig()
-_HELP = {}
-for _line in open(config_lib.__file__, encoding="utf-8"):
-  _s = _line.strip()
-  if ":" in _s and "#" in _s and _s.split(":")[0].isidentifier():
-    _HELP[_s.split(":")[0]] = _s.split("#", 1)[1].strip()
 
 # Fields the individual drivers define themselves.
 _OWN = ("arms", "dims")
@@ -40,7 +35,8 @@ def define_flags(skip: tuple[str, ...] = ()) -> None:
   for field in dataclasses.fields(config_lib.ExperimentConfig):
     if field.name in _OWN or field.name in skip:
       continue
-    help_text = f"{_HELP.get(field.name, field.name)} [dataclass default: {getattr(_DEFAULTS, field.name)!r}]"
+    help_text = (f"{field.metadata['help']} [dataclass default: "
+                 f"{getattr(_DEFAULTS, field.name)!r}]")
     kind = hints[field.name]
     if kind is int:
       flags.DEFINE_integer(field.name, None, help_text)
@@ -70,7 +66,9 @@ def build_config(extra: dict | None = None) -> config_lib.ExperimentConfig:
   try:
     if not FLAGS.workdir:
       raise ValueError("`--workdir` is required.")
-    cfg = config_lib.from_preset(FLAGS.preset, **overrides(extra))
+    given = overrides(extra)
+    cfg = config_lib.from_preset(FLAGS.preset, **given)
+    config_lib.check_family(cfg.model, given)
     check_output_dir("workdir", FLAGS.workdir)
     return cfg
   except (ValueError, TypeError) as e:

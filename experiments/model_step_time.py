@@ -3,7 +3,8 @@
     python -m experiments.model_step_time                    # both models, CPU
     python -m experiments.model_step_time --model=rnn --batch=32 --length=40
 
-One step = forward + backward + Adam update (with dropout), compiled with
+One step = `training.steps.train_step` (the trainer's step: forward +
+backward + Adam update, with dropout), compiled with
 `jax.jit` once before timing; the reported figure is the median over
 `--repeats` steps (compile time excluded), each waited for with
 `block_until_ready`. Models: Britz-base RNN (embedding 512, bidirectional GRU
@@ -11,6 +12,7 @@ One step = forward + backward + Adam update (with dropout), compiled with
 Transformer-base (N=6, d_model 512, h=8, d_ff 2048), vocabulary `--vocab`.
 """
 
+import functools
 import statistics
 import time
 
@@ -23,6 +25,7 @@ import optax
 from flax import nnx
 
 from attention_jax import models
+from attention_jax.training import steps
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "both", ["rnn", "transformer", "both"], "Which model to time.")
@@ -43,35 +46,29 @@ def build(name: str, vocab: int, dtype):
 
 def time_step(model, batch: int, length: int, vocab: int, repeats: int):
   """Returns (compile seconds, list of step seconds)."""
-  graphdef, params = nnx.split(model)
+  config = model.config
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   tx = optax.adam(1e-4)
   opt_state = tx.init(params)
   rng = np.random.default_rng(0)
-  src = rng.integers(3, vocab, (batch, length)).astype(np.int32)
-  tgt = rng.integers(3, vocab, (batch, length)).astype(np.int32)
-  tgt_in = np.concatenate([np.full((batch, 1), 2, np.int32), tgt[:, :-1]], axis=1)
-
-  def loss_fn(p, key):
-    logits, _ = nnx.merge(graphdef, p)(src, tgt_in, deterministic=False,
-                                       rngs=nnx.Rngs(dropout=key))
-    return jnp.mean(optax.softmax_cross_entropy_with_integer_labels(logits, tgt))
-
-  @jax.jit
-  def step(p, o, key):
-    loss, grads = jax.value_and_grad(loss_fn)(p, key)
-    updates, o = tx.update(grads, o, p)
-    return optax.apply_updates(p, updates), o, loss
+  first = max(config.pad_id, config.eos_id, config.sos_id) + 1  # no special ids in the data
+  src = rng.integers(first, vocab, (batch, length)).astype(np.int32)
+  tgt = rng.integers(first, vocab, (batch, length)).astype(np.int32)
+  tgt_in = steps.decoder_input(tgt, config.sos_id, config.pad_id)
+  step = jax.jit(functools.partial(steps.train_step, graphdef, tx, pad_id=config.pad_id))
 
   key = jax.random.key(0)
+  args = (params, rest, opt_state, src, tgt_in, tgt)
   start = time.perf_counter()
-  compiled = step.lower(params, opt_state, key).compile()
+  compiled = step.lower(*args, key).compile()
   compile_s = time.perf_counter() - start
-  params, opt_state, loss = compiled(params, opt_state, key)  # warm-up
+  params, opt_state, loss = compiled(*args, key)  # warm-up
   jax.block_until_ready(loss)
   times = []
   for i in range(repeats):
     start = time.perf_counter()
-    params, opt_state, loss = compiled(params, opt_state, jax.random.fold_in(key, i))
+    params, opt_state, loss = compiled(params, rest, opt_state, src, tgt_in, tgt,
+                                       jax.random.fold_in(key, i))
     jax.block_until_ready((params, loss))
     times.append(time.perf_counter() - start)
   return compile_s, times

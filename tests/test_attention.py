@@ -4,6 +4,7 @@ Shape glossary: B batch, H heads, T / Tq / Tk lengths, d features, dv value size
 """
 
 import functools
+import importlib
 
 import jax
 import jax.numpy as jnp
@@ -12,6 +13,9 @@ import pytest
 
 import attention_jax as aj
 from attention_jax import masks, positional, scores
+
+# The module (the package attribute `attention` is the function).
+attention_lib = importlib.import_module("attention_jax.attention")
 
 # Implementations that run on CPU ('cudnn' needs a GPU).
 CPU_IMPLEMENTATIONS = ("plain", "xla", "auto")
@@ -452,3 +456,32 @@ def test_empty_axes_are_named_errors_at_trace_time(implementation, raises_at_tra
                   "`keys`", "empty key (Tk) axis", "(0, 4)")
   raises_at_trace(lambda s, v: aj.attend(s, v, jnp.ones((2, 0), bool)),
                   [np.ones((2, 0)), np.ones((0, 4))], ValueError, "`scores`", "(2, 0)")
+
+
+@pytest.mark.parametrize("score,impl,tk,weights,expected", [
+    ("scaled_dot", "auto", 64, False, "plain"),  # CPU: plain below _BLOCKWISE_MIN_KEYS
+    ("scaled_dot", "auto", 512, False, "blockwise"),
+    ("general", "auto", 512, False, "blockwise"),
+    ("additive", "auto", 512, False, "plain"),  # no blockwise form
+    ("scaled_dot", "auto", 512, True, "plain"),  # weights asked
+    ("dot", "xla", 64, False, "fused"),
+    ("cosine", "blockwise", 64, False, "blockwise"),
+    ("dot", "plain", 1024, False, "plain"),
+])
+def test_select_implementation_is_the_one_switch(score, impl, tk, weights, expected):
+  if jax.default_backend() != "cpu" and impl == "auto":
+    pytest.skip("the CPU rules of `auto`")
+  q, k = jnp.ones((2, 3, 8)), jnp.ones((2, tk, 8))
+  assert attention_lib.select_implementation(score, impl, q, k, k,
+                                             return_weights=weights) == expected
+
+
+@pytest.mark.parametrize("score,impl,match", [
+    ("additive", "xla", "supports score 'dot'/'scaled_dot'"),
+    ("additive", "blockwise", "supports scores 'dot', 'scaled_dot', 'general'"),
+    ("dot", "flash", "`implementation` must be one of"),
+])
+def test_select_implementation_refuses_what_cannot_serve(score, impl, match):
+  q = jnp.ones((2, 3, 8))
+  with pytest.raises(ValueError, match=match):
+    attention_lib.select_implementation(score, impl, q, q, q)

@@ -29,11 +29,12 @@ from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
-from attention_jax.data import batching, sword, synthetic, tokenizer as tokenizer_lib
+from attention_jax.data import batching, synthetic, tokenizer as tokenizer_lib
 from attention_jax.data.batching import Batch
+from attention_jax.data.paths import default_data_dir
 
 __all__ = ["NAMES", "DEFAULT_VOCAB_SIZE", "DEFAULT_MAX_LENGTH", "Batch",
-           "TranslationData", "load", "default_data_dir", "tokenizer_path"]
+           "TranslationData", "load", "default_data_dir", "tokenizer_path", "corpus_bleu"]
 
 NAMES = ("bible_en_es", "bible_es_en", "copy", "reverse", "sort",
          "wmt15_britz", "wmt14", "wmt_t2t")
@@ -44,11 +45,6 @@ DEFAULT_MAX_LENGTH = 128
 # SentencePiece is trained on at most this many train pairs (both sides), a
 # seeded sample for WMT; the Bible's ~28k pairs are used in full.
 MAX_TOKENIZER_PAIRS = 1_000_000
-
-
-def default_data_dir() -> Path:
-  """`<cache root>/data`; see `sword.cache_root`."""
-  return sword.cache_root() / "data"
 
 
 TextPair = tuple[list[str], list[str]]
@@ -147,12 +143,18 @@ class TranslationData:
 
   def bleu(self, split: str, hypotheses: Sequence[str]) -> float:
     """Corpus BLEU (sacrebleu defaults) of detokenised `hypotheses` vs `texts(split)`."""
-    import sacrebleu  # pylint: disable=g-import-not-at-top
     references = self.texts(split)[1]
     if len(hypotheses) != len(references):
       raise ValueError(f"`hypotheses` has {len(hypotheses)} lines, split {split!r} has "
                        f"{len(references)} references.")
-    return sacrebleu.corpus_bleu(list(hypotheses), [references]).score
+    return corpus_bleu(hypotheses, references)
+
+
+def corpus_bleu(hypotheses: Sequence[str], references: Sequence[str]) -> float:
+  """Corpus BLEU of detokenised text with sacrebleu's defaults (13a tokenisation,
+  one reference per sentence): every BLEU attention_jax reports."""
+  import sacrebleu  # pylint: disable=g-import-not-at-top
+  return sacrebleu.corpus_bleu(list(hypotheses), [list(references)]).score
 
 
 def tokenizer_path(data_dir: str | os.PathLike, dataset: str, key: str,
@@ -173,14 +175,14 @@ def _train_texts_for_tokenizer(sources: list[str], targets: list[str], seed: int
 
 def _load_bible(name, data_dir, vocab_size, max_length, sword_path=None):
   # TFDS is imported here, not at module import: synthetic tasks stay light.
-  from attention_jax.data import bible  # pylint: disable=g-import-not-at-top
+  from attention_jax.data import bible, tfds_prep  # pylint: disable=g-import-not-at-top
   source, target = ("en", "es") if name == "bible_en_es" else ("es", "en")
   builder = bible.prepare(f"{source}-{target}", data_dir=data_dir, sword_path=sword_path)
   cache: dict[str, dict[str, list[str]]] = {}
 
   def columns(split):
     if split not in cache:
-      cache[split] = bible.read_split(builder, split, ("en", "es", "ref"))
+      cache[split] = tfds_prep.read_split(builder, split, ("en", "es", "ref"))
     return cache[split]
 
   # One joint model for both directions: the train split is the same.

@@ -32,10 +32,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from attention_jax.data import paths
+
 __all__ = [
     "MODULES", "INSTALL_HINT", "SwordModuleError", "Verse", "VersePair",
     "default_search_paths", "find_sword_root", "module_dir", "read_ztext",
-    "clean_osis", "read_module", "read_parallel", "cache_root",
+    "clean_osis", "read_module", "read_parallel",
 ]
 
 # Language code -> SWORD module name (Debian packages sword-text-kjv / -sparv).
@@ -104,17 +106,9 @@ class VersePair:
   es: str
 
 
-def cache_root() -> Path:
-  """`$ATTENTION_JAX_CACHE`, else `$XDG_CACHE_HOME/attention_jax`, else `~/.cache/attention_jax`."""
-  if os.environ.get("ATTENTION_JAX_CACHE"):
-    return Path(os.environ["ATTENTION_JAX_CACHE"])
-  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-  return Path(base) / "attention_jax"
-
-
 def default_search_paths() -> list[Path]:
   """SWORD roots tried when no path is given: system-wide, then the project cache."""
-  return [Path("/usr/share/sword"), cache_root() / "sword" / "usr" / "share" / "sword"]
+  return [Path("/usr/share/sword"), paths.cache_root() / "sword" / "usr" / "share" / "sword"]
 
 
 def module_dir(root: str | os.PathLike, module: str) -> Path:

@@ -26,7 +26,7 @@ import os
 
 import tensorflow_datasets as tfds
 
-from attention_jax.data import bible
+from attention_jax.data import tfds_prep
 
 __all__ = ["NAMES", "SPLITS", "SOURCE", "TARGET", "britz_config", "make_builder",
            "require_tensorflow", "prepare", "read_split"]
@@ -89,12 +89,12 @@ def require_tensorflow() -> None:
 def prepare(name: str, data_dir: str | os.PathLike) -> tfds.core.DatasetBuilder:
   """Downloads and prepares `name` once (array_record); returns its builder."""
   tfds.disable_progress_bar()
-  return bible.ensure_prepared(lambda: make_builder(name, data_dir), lock_dir=data_dir,
+  return tfds_prep.ensure_prepared(lambda: make_builder(name, data_dir), lock_dir=data_dir,
                                marker=False, before_prepare=lambda: require_tensorflow())
 
 
 def read_split(builder: tfds.core.DatasetBuilder, split: str, *, source: str = SOURCE,
                target: str = TARGET) -> tuple[list[str], list[str]]:
   """(sources, targets) of one split, raw text, in stored order."""
-  cols = bible.read_source(builder.as_data_source(split=split), (source, target))
+  cols = tfds_prep.read_source(builder.as_data_source(split=split), (source, target))
   return cols[source], cols[target]

@@ -34,17 +34,16 @@ from flax import nnx
 from flax.nnx.nn.recurrent import flip_sequences
 
 from attention_jax import masks
-from attention_jax.layers import SCORES, Attention, dropout_key
-from attention_jax.models import _common
+from attention_jax import registry
+from attention_jax.layers import GLOROT, SCORES, Attention, dropout_key
+from attention_jax.models import common
 
-__all__ = ["Seq2SeqConfig", "Seq2Seq", "EncoderLayer", "DECODERS", "CELLS", "INPUT_FEEDING"]
+__all__ = ["Seq2SeqConfig", "Seq2Seq", "RecurrentEncoderLayer", "DECODERS", "CELLS",
+           "INPUT_FEEDING"]
 
 DECODERS = ("luong", "bahdanau", "none_init", "none_concat")
 CELLS = ("gru", "lstm")
 INPUT_FEEDING = ("context", "attentional", "none")
-
-_glorot = nnx.initializers.xavier_uniform()
-
 
 @dataclasses.dataclass(frozen=True)
 class Seq2SeqConfig:
@@ -74,23 +73,24 @@ class Seq2SeqConfig:
   def __post_init__(self):
     for name in ("vocab_size", "embed_dim", "hidden_dim", "encoder_layers",
                  "decoder_layers", "attention_dim"):
-      _common.positive(getattr(self, name), name)
-    _common.choice(self.cell, "cell", CELLS)
-    _common.choice(self.decoder, "decoder", DECODERS)
-    _common.choice(self.score, "score", SCORES)
-    _common.choice(self.input_feeding, "input_feeding", INPUT_FEEDING)
-    _common.choice(self.bidirectional, "bidirectional", (False, True))
-    _common.choice(self.bridge, "bridge", (None, False, True))
-    _common.rate(self.dropout, "dropout")
-    _common.dtype(self.dtype, "dtype")
-    _common.dtype(self.param_dtype, "param_dtype")
-    _common.special_tokens(self)
+      common.positive(getattr(self, name), name)
+    common.choice(self.cell, "cell", CELLS)
+    common.choice(self.decoder, "decoder", DECODERS)
+    common.choice(self.score, "score", SCORES)
+    common.choice(self.input_feeding, "input_feeding", INPUT_FEEDING)
+    common.choice(self.bidirectional, "bidirectional", (False, True))
+    common.choice(self.bridge, "bridge", (None, False, True))
+    common.rate(self.dropout, "dropout")
+    common.dtype(self.dtype, "dtype")
+    common.dtype(self.param_dtype, "param_dtype")
+    common.special_tokens(self)
     if self.max_source_length is not None:
-      _common.positive(self.max_source_length, "max_source_length")
+      common.positive(self.max_source_length, "max_source_length")
     if self.has_attention:
-      if self.score == "location" and self.max_source_length is None:
-        raise ValueError("score 'location' needs `max_source_length` (the width of W_a).")
-      if self.score in ("dot", "scaled_dot", "cosine") and self.hidden_dim != self.encoder_dim:
+      spec = registry.SCORES[self.score]
+      if spec.needs_length and self.max_source_length is None:
+        raise ValueError(f"score {self.score!r} needs `max_source_length` (the width of W_a).")
+      if spec.same_dim and self.hidden_dim != self.encoder_dim:
         raise ValueError(
             f"score {self.score!r} compares decoder and encoder states directly: it needs "
             f"hidden_dim ({self.hidden_dim}) == encoder output size ({self.encoder_dim}; "
@@ -128,10 +128,6 @@ class Seq2SeqConfig:
     return cls(vocab_size=vocab_size, **overrides)
 
 
-def _split_key(key, n):
-  return [None] * n if key is None else list(jax.random.split(key, n))
-
-
 def _run_cell(cell, inputs, lengths, carry):
   """Runs `cell` over `inputs [B, S, D]`; the carry stops changing after each
   sentence's `lengths [B]` steps. Returns `(final carry, outputs [B, S, h])`."""
@@ -148,7 +144,7 @@ def _run_cell(cell, inputs, lengths, carry):
   return carry, jnp.swapaxes(outputs, 0, 1)
 
 
-class EncoderLayer(nnx.Module):
+class RecurrentEncoderLayer(nnx.Module):
   """One encoder RNN layer, forward or bidirectional, respecting lengths.
 
   The backward cell reads each sentence reversed *within its length* (Flax's
@@ -192,7 +188,7 @@ class Seq2Seq(nnx.Module):
     # nnx.scan refuses modules closed over by an outer jax.jit).
     layers, in_dim = [], c.embed_dim
     for _ in range(c.encoder_layers):
-      layers.append(EncoderLayer(cell_cls(in_dim, c.hidden_dim, **kw),
+      layers.append(RecurrentEncoderLayer(cell_cls(in_dim, c.hidden_dim, **kw),
                                  cell_cls(in_dim, c.hidden_dim, **kw) if c.bidirectional
                                  else None))
       in_dim = c.encoder_dim
@@ -207,7 +203,7 @@ class Seq2Seq(nnx.Module):
     if c.use_bridge:
       in_dim = c.encoder_layers * (2 if c.bidirectional else 1) * state_parts * c.hidden_dim
       self.bridge = nnx.Linear(in_dim, c.decoder_layers * state_parts * c.hidden_dim,
-                               kernel_init=_glorot, **kw)
+                               kernel_init=GLOROT, **kw)
     if c.has_attention:
       self.attention = Attention(
           c.hidden_dim, c.encoder_dim, score=c.score, attention_dim=c.attention_dim,
@@ -215,8 +211,8 @@ class Seq2Seq(nnx.Module):
     if c.decoder == "luong":
       # s̃ = tanh(W_c [s_t; a_t]) (Britz's "attention_mix", with bias).
       self.attention_mix = nnx.Linear(c.hidden_dim + c.encoder_dim, c.hidden_dim,
-                                      kernel_init=_glorot, **kw)
-    self.output = nnx.Linear(c.hidden_dim, c.vocab_size, kernel_init=_glorot, **kw)
+                                      kernel_init=GLOROT, **kw)
+    self.output = nnx.Linear(c.hidden_dim, c.vocab_size, kernel_init=GLOROT, **kw)
 
   # -- encoder ---------------------------------------------------------------
 
@@ -237,7 +233,7 @@ class Seq2Seq(nnx.Module):
       layer, the carry at each sentence's last real token (a pair
       `(forward, backward)` when bidirectional; LSTM carries are `(c, h)`).
     """
-    src = _common.tokens(src, "src")
+    src = common.tokens(src, "src")
     return self._encode(src, deterministic, None if deterministic else dropout_key(rngs))
 
   def _encode(self, src, deterministic, key):
@@ -246,7 +242,7 @@ class Seq2Seq(nnx.Module):
     lengths = jnp.sum(valid, axis=-1).astype(jnp.int32)  # [B]
     x = self.src_embed(src)  # [B, S, E]
     finals = []
-    for layer, k in zip(self.encoder, _split_key(key, len(self.encoder))):
+    for layer, k in zip(self.encoder, common.split_key(key, len(self.encoder))):
       x = self.dropout(x, deterministic=deterministic, rngs=k)
       final, x = layer(x, lengths, self._zero_carry(src.shape[0]))  # x [B, S, De]
       finals.append(final)
@@ -311,7 +307,7 @@ class Seq2Seq(nnx.Module):
     x = jnp.concatenate(parts, axis=-1)  # [B, E + feed]
     new_cells = []
     for cell, state, k in zip(self.decoder_cells, cells,
-                              _split_key(key, len(self.decoder_cells))):
+                              common.split_key(key, len(self.decoder_cells))):
       x = self.dropout(x, deterministic=deterministic, rngs=k)
       state, x = cell(state, x)  # x [B, h]
       new_cells.append(jax.tree.map(lambda s: s.astype(jnp.float32), state))
@@ -344,9 +340,9 @@ class Seq2Seq(nnx.Module):
       `(logits [B, T, V] float32, aux)`, see the class docstring.
     """
     c = self.config
-    src = _common.tokens(src, "src")
-    tgt_in = _common.tokens(tgt_in, "tgt_in")
-    _common.same_batch(src, tgt_in)
+    src = common.tokens(src, "src")
+    tgt_in = common.tokens(tgt_in, "tgt_in")
+    common.same_batch(src, tgt_in)
     (b, s), t = src.shape, tgt_in.shape[1]
     if score_offset is not None:
       if not c.has_attention:
@@ -358,7 +354,7 @@ class Seq2Seq(nnx.Module):
     key = None if deterministic else dropout_key(rngs)
     if not deterministic and key is None and c.dropout > 0:
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
-    k_enc, k_dec = _split_key(key, 2)
+    k_enc, k_dec = common.split_key(key, 2)
     memory, carry = self._start(self._encode(src, deterministic, k_enc))
 
     embedded = jnp.swapaxes(self.tgt_embed(tgt_in), 0, 1)  # [T, B, E]

@@ -26,20 +26,18 @@ from flax import nnx
 
 from attention_jax import masks
 from attention_jax import positional
-from attention_jax.layers import SCORES, MultiHeadAttention, dropout_key
-from attention_jax.models import _common
+from attention_jax.layers import GLOROT, SCORES, MultiHeadAttention, dropout_key
+from attention_jax.models import common
 
 __all__ = ["TransformerConfig", "Transformer"]
-
-_glorot = nnx.initializers.xavier_uniform()
-
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
   """Hyper-parameters of `Transformer`; validated on construction."""
 
   vocab_size: int  # V, shared by source and target (one joint subword vocabulary)
-  num_layers: int = 6  # N, layers in the encoder and in the decoder
+  num_layers: int = 6  # N, decoder layers (and encoder layers unless encoder_layers is set)
+  encoder_layers: int | None = None  # encoder layers; None = num_layers (the paper: N both)
   d_model: int = 512  # D, width of the residual stream and the embeddings
   num_heads: int = 8  # H; d_model must be divisible by it unless attention_dim is set
   d_ff: int = 2048  # F, inner width of the position-wise feed-forward network
@@ -59,22 +57,27 @@ class TransformerConfig:
 
   def __post_init__(self):
     for name in ("vocab_size", "num_layers", "d_model", "num_heads", "d_ff", "max_length"):
-      _common.positive(getattr(self, name), name)
-    if self.attention_dim is not None:
-      _common.positive(self.attention_dim, "attention_dim")
+      common.positive(getattr(self, name), name)
+    for name in ("attention_dim", "encoder_layers"):
+      if getattr(self, name) is not None:
+        common.positive(getattr(self, name), name)
     if self.d_model % self.num_heads:
       raise ValueError(
           f"`d_model` ({self.d_model}) must be divisible by `num_heads` "
           f"({self.num_heads}): d_v = d_model / num_heads.")
-    _common.rate(self.dropout, "dropout")
-    _common.rate(self.attention_dropout, "attention_dropout")
-    _common.choice(self.score, "score", SCORES)
-    _common.choice(self.positional, "positional", ("sinusoidal", "learned"))
-    _common.choice(self.pre_layer_norm, "pre_layer_norm", (False, True))
-    _common.choice(self.share_embeddings, "share_embeddings", (False, True))
-    _common.dtype(self.dtype, "dtype")
-    _common.dtype(self.param_dtype, "param_dtype")
-    _common.special_tokens(self)
+    common.rate(self.dropout, "dropout")
+    common.rate(self.attention_dropout, "attention_dropout")
+    common.choice(self.score, "score", SCORES)
+    common.choice(self.positional, "positional", ("sinusoidal", "learned"))
+    common.choice(self.pre_layer_norm, "pre_layer_norm", (False, True))
+    common.choice(self.share_embeddings, "share_embeddings", (False, True))
+    common.dtype(self.dtype, "dtype")
+    common.dtype(self.param_dtype, "param_dtype")
+    common.special_tokens(self)
+
+  @property
+  def num_encoder_layers(self) -> int:
+    return self.encoder_layers or self.num_layers
 
   @property
   def head_dim(self) -> int:
@@ -88,18 +91,11 @@ class TransformerConfig:
     return cls(vocab_size=vocab_size, **overrides)
 
 
-def _split_key(key, n):
-  """n dropout keys (or n Nones when `key` is None)."""
-  if key is None:
-    return [None] * n
-  return list(jax.random.split(key, n))
-
-
 class FeedForward(nnx.Module):
   """`FFN(x) = max(0, x W_1 + b_1) W_2 + b_2`, `W_1 [D, F]`, `W_2 [F, D]`."""
 
   def __init__(self, config: TransformerConfig, *, rngs: nnx.Rngs):
-    kw = dict(kernel_init=_glorot, dtype=config.dtype, param_dtype=config.param_dtype,
+    kw = dict(kernel_init=GLOROT, dtype=config.dtype, param_dtype=config.param_dtype,
               rngs=rngs)
     self.inner = nnx.Linear(config.d_model, config.d_ff, **kw)
     self.outer = nnx.Linear(config.d_ff, config.d_model, **kw)
@@ -146,7 +142,7 @@ class EncoderLayer(_Block):
 
   def __call__(self, x, mask, *, deterministic: bool = True, key=None):
     """x `[B, S, D]`, mask bool `[B, 1, S, S]` -> `[B, S, D]`."""
-    k_attn, k_res1, k_res2 = _split_key(key, 3)
+    k_attn, k_res1, k_res2 = common.split_key(key, 3)
     x, _ = self._residual(
         0, x, lambda h: self.self_attn(h, mask=mask, deterministic=deterministic,
                                        rngs=k_attn), deterministic, k_res1)
@@ -180,7 +176,7 @@ class DecoderLayer(_Block):
     Returns:
       `(x [B, T, D], cross_aux {'scores', 'weights'} [B, H, T, S], new cache)`.
     """
-    k_self, k_cross, k_res1, k_res2, k_res3 = _split_key(key, 5)
+    k_self, k_cross, k_res1, k_res2, k_res3 = common.split_key(key, 5)
     new_cache = None
 
     def self_attention(h):
@@ -222,7 +218,7 @@ class Transformer(nnx.Module):
     self.embed = nnx.Embed(v, d, **embed)  # target (and, if shared, source and output)
     if not config.share_embeddings:
       self.src_embed = nnx.Embed(v, d, **embed)
-      self.output = nnx.Linear(d, v, use_bias=False, kernel_init=_glorot,
+      self.output = nnx.Linear(d, v, use_bias=False, kernel_init=GLOROT,
                                dtype=config.dtype, param_dtype=config.param_dtype,
                                rngs=rngs)
     if config.positional == "learned":
@@ -231,7 +227,7 @@ class Transformer(nnx.Module):
           rngs.params(), (config.max_length, d), config.param_dtype))
     self.embed_dropout = nnx.Dropout(config.dropout)
     self.encoder_layers = nnx.List(
-        [EncoderLayer(config, rngs=rngs) for _ in range(config.num_layers)])
+        [EncoderLayer(config, rngs=rngs) for _ in range(config.num_encoder_layers)])
     self.decoder_layers = nnx.List(
         [DecoderLayer(config, rngs=rngs) for _ in range(config.num_layers)])
     if config.pre_layer_norm:
@@ -273,13 +269,13 @@ class Transformer(nnx.Module):
 
   def encode(self, src: jax.Array, *, deterministic: bool = True, rngs=None) -> jax.Array:
     """src int `[B, S]` (pad = config.pad_id) -> memory `[B, S, D]` (compute dtype)."""
-    src = _common.tokens(src, "src")
+    src = common.tokens(src, "src")
     self._check_length(src.shape[1], "src")
     return self._encode(src, deterministic, None if deterministic else dropout_key(rngs))
 
   def _encode(self, src, deterministic, key):
     c = self.config
-    keys = _split_key(key, c.num_layers + 1)
+    keys = common.split_key(key, c.num_encoder_layers + 1)
     table = self.embed if c.share_embeddings else self.src_embed
     x = self._embed(src, table, deterministic=deterministic, key=keys[0])
     valid = masks.padding(src, c.pad_id)  # [B, S]
@@ -308,9 +304,9 @@ class Transformer(nnx.Module):
       before offset and mask) and `key_valid` bool `[1, B, 1, 1, S]`.
     """
     c = self.config
-    src = _common.tokens(src, "src")
-    tgt_in = _common.tokens(tgt_in, "tgt_in")
-    _common.same_batch(src, tgt_in)
+    src = common.tokens(src, "src")
+    tgt_in = common.tokens(tgt_in, "tgt_in")
+    common.same_batch(src, tgt_in)
     self._check_length(src.shape[1], "src")
     self._check_length(tgt_in.shape[1], "tgt_in")
     (b, s), t = src.shape, tgt_in.shape[1]
@@ -322,10 +318,10 @@ class Transformer(nnx.Module):
     key = None if deterministic else dropout_key(rngs)
     if not deterministic and key is None and (c.dropout > 0 or c.attention_dropout > 0):
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
-    k_enc, k_dec = _split_key(key, 2)
+    k_enc, k_dec = common.split_key(key, 2)
     memory = self._encode(src, deterministic, k_enc)
 
-    keys = _split_key(k_dec, c.num_layers + 1)
+    keys = common.split_key(k_dec, c.num_layers + 1)
     x = self._embed(tgt_in, self.embed, deterministic=deterministic, key=keys[0])
     src_valid = masks.padding(src, c.pad_id)  # [B, S]
     tgt_valid = masks.padding(tgt_in, c.pad_id)  # [B, T]
@@ -360,7 +356,7 @@ class Transformer(nnx.Module):
     carry: `{'cache': per layer {'keys', 'values'} [B, H, max_len, d]}`. Every
     leaf has the batch as its leading axis (beam search tiles and reorders it).
     """
-    src = _common.tokens(src, "src")
+    src = common.tokens(src, "src")
     self._check_length(max_len, "max_len")
     memory = self.encode(src)
     kv = tuple(layer.cross_attn.project_kv(memory) for layer in self.decoder_layers)

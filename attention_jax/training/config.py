@@ -11,10 +11,10 @@ import dataclasses
 import math
 from typing import Any
 
+from attention_jax import registry
 from attention_jax.data import input_pipeline
 
-ARMS = ("additive", "multiplicative", "scaled_multiplicative", "dot", "scaled_dot",
-        "general", "cosine", "location", "none_init", "none_concat")
+ARMS = registry.ARMS  # every score of the registry, and the RNN decoders without attention
 MODELS = ("rnn", "transformer")
 DTYPES = ("float32", "bfloat16")
 SCHEDULES = ("constant", "cosine")
@@ -24,49 +24,101 @@ MAX_LEARNING_RATE = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
+class Arm:
+  """One point of a sweep: an arm at one attention dimension, resolved once.
+
+  `name` is the arm as `--arms` spells it; the rest is what it means:
+  `decoder` 'luong' (attention over the encoder) or an attention-free RNN
+  decoder ('none_init', 'none_concat'); `score` the registry score (None
+  without attention); `attention_dim` a (the RNN's W_1 s, W_2 h size) or the
+  Transformer's per-head query/key size d_k.
+  """
+  name: str
+  decoder: str
+  score: str | None
+  attention_dim: int
+
+  @classmethod
+  def of(cls, name: str, dim: int) -> "Arm":
+    if name in registry.NO_ATTENTION_ARMS:
+      return cls(name, decoder=name, score=None, attention_dim=int(dim))
+    return cls(name, decoder="luong", score=registry.get(name, "arms").name,
+               attention_dim=int(dim))
+
+  @property
+  def has_attention(self) -> bool:
+    return self.score is not None
+
+  @property
+  def label(self) -> str:
+    """How logs name it: '<arm> d=<dim>'."""
+    return f"{self.name} d={self.attention_dim}"
+
+
+FAMILIES = {"rnn": "the RNN Seq2Seq (--model=rnn)",
+            "transformer": "the Transformer (--model=transformer)"}
+
+
+def _field(default, help_text: str, family: str | None = None):
+  """A config field with its flag help, and the model family it applies to
+  (None: both); a flag of the other family is refused (`check_family`)."""
+  return dataclasses.field(default=default, metadata={"help": help_text, "family": family})
+
+
+@dataclasses.dataclass(frozen=True)
 class ExperimentConfig:
+  """Every knob of a run or a sweep; each field is a flag of the same name
+  (`experiments/common.py`), its help in the field's metadata."""
+
   # --- what to sweep ---
-  arms: tuple[str, ...] = ("additive", "multiplicative", "scaled_multiplicative")  # attention score functions ('none_init'/'none_concat' = RNN without attention)
-  dims: tuple[int, ...] = (128, 256, 512, 1024)  # attention dimensionalities a (size of W_1 h and W_2 s)
-  seeds: int = 4                     # runs per (arm, dim), trained together as one vmapped program
+  arms: tuple[str, ...] = _field(
+      ("additive", "multiplicative", "scaled_multiplicative"),
+      "attention score functions (registry.SCORES; 'none_init'/'none_concat' = RNN "
+      "without attention)")
+  dims: tuple[int, ...] = _field(
+      (128, 256, 512, 1024), "attention dimensionalities a (size of W_1 h and W_2 s)")
+  seeds: int = _field(4, "runs per (arm, dim), trained together as one vmapped program")
   # --- model ---
-  model: str = "rnn"                 # 'rnn' (Britz Seq2Seq, Luong-style decoder) or 'transformer'
-  cell: str = "gru"                  # RNN cell: 'gru' or 'lstm'
-  embed_dim: int = 512               # token embedding size
-  hidden_dim: int = 512              # RNN hidden size per direction (Transformer: d_model)
-  encoder_layers: int = 1            # RNN: bidirectional encoder layers; Transformer: N encoder layers
-  decoder_layers: int = 2            # RNN decoder layers; Transformer: N decoder layers
-  num_heads: int = 8                 # Transformer heads
-  ff_dim: int = 2048                 # Transformer d_ff
-  dropout: float = 0.2               # dropout on RNN cell inputs / Transformer sub-layers
-  dtype: str = "float32"             # compute dtype ('bfloat16' keeps float32 params and softmax)
+  model: str = _field("rnn", "'rnn' (Britz Seq2Seq, Luong-style decoder) or 'transformer'")
+  cell: str = _field("gru", "RNN cell: 'gru' or 'lstm'", family="rnn")
+  embed_dim: int = _field(512, "token embedding size", family="rnn")
+  hidden_dim: int = _field(512, "RNN hidden size per direction (Transformer: d_model)")
+  encoder_layers: int = _field(
+      1, "RNN: bidirectional encoder layers; Transformer: N encoder layers")
+  decoder_layers: int = _field(2, "RNN decoder layers; Transformer: N decoder layers")
+  num_heads: int = _field(8, "Transformer heads", family="transformer")
+  ff_dim: int = _field(2048, "Transformer d_ff", family="transformer")
+  dropout: float = _field(0.2, "dropout on RNN cell inputs / Transformer sub-layers")
+  dtype: str = _field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
   # --- data ---
-  dataset: str = "bible_en_es"       # name understood by attention_jax.data.input_pipeline.load
-  data_dir: str = ""                 # prepared-data folder ('' = the default cache folder)
-  vocab_size: int = 8000             # joint SentencePiece vocabulary (ignored by synthetic tasks)
-  max_length: int = 64               # drop training pairs longer than this many tokens
-  batch_size: int = 64               # sentences per batch (all seeds see the same batches)
-  data_seed: int = 0                 # shuffling seed of the training stream, shared by all seeds
+  dataset: str = _field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
+  data_dir: str = _field("", "prepared-data folder ('' = the default cache folder)")
+  vocab_size: int = _field(8000, "joint SentencePiece vocabulary (ignored by synthetic tasks)")
+  max_length: int = _field(64, "drop training pairs longer than this many tokens")
+  batch_size: int = _field(64, "sentences per batch (all seeds see the same batches)")
+  data_seed: int = _field(0, "shuffling seed of the training stream, shared by all seeds")
   # --- optimisation ---
-  steps: int = 20000                 # training steps per run
-  learning_rate: float = 1e-3        # Adam peak learning rate
-  schedule: str = "constant"         # 'constant' (after warm-up) or 'cosine' decay to 10% at the end
-  warmup_steps: int = 0              # linear warm-up steps
-  clip_norm: float = 5.0             # global gradient-norm clipping (Britz: 5)
-  label_smoothing: float = 0.0       # label-smoothing mass
+  steps: int = _field(20000, "training steps per run")
+  learning_rate: float = _field(1e-3, "Adam peak learning rate")
+  schedule: str = _field(
+      "constant", "'constant' (after warm-up) or 'cosine' decay to 10% at the end")
+  warmup_steps: int = _field(0, "linear warm-up steps")
+  clip_norm: float = _field(5.0, "global gradient-norm clipping (Britz: 5)")
+  label_smoothing: float = _field(0.0, "label-smoothing mass")
   # --- evaluation and bookkeeping ---
-  beam_size: int = 10                # beam width of the final test BLEU (1 = greedy)
-  val_beam_size: int = 0             # beam width of in-training validation BLEU (0 = beam_size)
-  length_penalty: float = 0.6        # GNMT length-penalty alpha
-  eval_every: int = 2000             # steps between validation-BLEU evaluations (best one is kept)
-  eval_batch_size: int = 256         # sentences per evaluation batch (perplexity and decoding)
-  eval_examples: int = 0             # validation sentences used during training (0 = all)
-  test_examples: int = 0             # test sentences for the final BLEU (0 = all)
-  diag_every: int = 200              # steps between softmax diagnostics (K)
-  checkpoint_every: int = 1000       # steps between Orbax checkpoints
-  log_every: int = 100               # steps between progress lines
-  max_minutes: float = 0.0           # stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit
-  workers: int = 1                   # (arm, dim) pairs trained at once, one single-threaded process each
+  beam_size: int = _field(10, "beam width of the final test BLEU (1 = greedy)")
+  val_beam_size: int = _field(0, "beam width of in-training validation BLEU (0 = beam_size)")
+  length_penalty: float = _field(0.6, "GNMT length-penalty alpha")
+  eval_every: int = _field(2000, "steps between validation-BLEU evaluations (best one is kept)")
+  eval_batch_size: int = _field(256, "sentences per evaluation batch (perplexity and decoding)")
+  eval_examples: int = _field(0, "validation sentences used during training (0 = all)")
+  test_examples: int = _field(0, "test sentences for the final BLEU (0 = all)")
+  diag_every: int = _field(200, "steps between softmax diagnostics (K)")
+  checkpoint_every: int = _field(1000, "steps between Orbax checkpoints")
+  log_every: int = _field(100, "steps between progress lines")
+  max_minutes: float = _field(
+      0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit")
+  workers: int = _field(1, "(arm, dim) pairs trained at once, one single-threaded process each")
 
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)
@@ -111,14 +163,28 @@ class ExperimentConfig:
     if self.model == "transformer" and self.hidden_dim % self.num_heads:
       raise ValueError(f"`hidden_dim` ({self.hidden_dim}) must be divisible by "
                        f"`num_heads` ({self.num_heads}) for the Transformer.")
-    if self.model == "transformer" and any(a.startswith("none_") for a in self.arms):
-      raise ValueError("arms 'none_init'/'none_concat' exist only for `model=rnn`.")
+    if self.model == "transformer" and set(self.arms) & set(registry.NO_ATTENTION_ARMS):
+      raise ValueError(f"arms {registry.NO_ATTENTION_ARMS} exist only for `model=rnn`.")
+
+  def sweep(self) -> tuple[Arm, ...]:
+    """Every (arm, dim) point, arms outer, in the order of `arms` and `dims`."""
+    return tuple(Arm.of(arm, dim) for arm in self.arms for dim in self.dims)
 
   def replace(self, **changes) -> "ExperimentConfig":
     return dataclasses.replace(self, **changes)
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+def check_family(model: str, given) -> None:
+  """Raises a ValueError naming the first field in `given` (names set
+  explicitly) that does not apply to the model family `model`."""
+  for field in dataclasses.fields(ExperimentConfig):
+    family = field.metadata.get("family")
+    if field.name in given and family is not None and family != model:
+      raise ValueError(f"`{field.name}` applies only to {FAMILIES[family]}, not to "
+                       f"--model={model}; leave it out.")
 
 
 def _choices(name, value, allowed, many=False):

@@ -27,6 +27,7 @@ import numpy as np
 
 from attention_jax.data import input_pipeline
 from attention_jax.training import checkpoints
+from attention_jax.training import config as config_lib
 from attention_jax.training import multihost
 from attention_jax.training import reporting
 from attention_jax.training import significance as significance_lib
@@ -186,26 +187,25 @@ def _run_locked(cfg, workdir, *, mesh, log, data) -> str | None:
     log(f"removed {path}, left by an interrupted write")
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
   pending = []
-  for arm in cfg.arms:
-    for dim in cfg.dims:
-      run_dir = group_dir(workdir, arm, dim)
-      os.makedirs(run_dir, exist_ok=True)
-      _check(run_dir, fingerprint(cfg, arm, dim))
-      if os.path.exists(os.path.join(run_dir, "result.json")):
-        log(f"[{arm} d={dim}] finished earlier; skipped")
-      else:
-        pending.append((arm, dim))
+  for arm in cfg.sweep():
+    run_dir = group_dir(workdir, arm.name, arm.attention_dim)
+    os.makedirs(run_dir, exist_ok=True)
+    _check(run_dir, fingerprint(cfg, arm.name, arm.attention_dim))
+    if os.path.exists(os.path.join(run_dir, "result.json")):
+      log(f"[{arm.label}] finished earlier; skipped")
+    else:
+      pending.append(arm)
   if cfg.workers > 1 and len(pending) > 1:
     if mesh is not None:
       raise ValueError(f"`workers` = {cfg.workers} trains pairs in separate single-device "
                        "processes; it cannot be combined with several devices.")
-    pending.sort(key=lambda pair: -pair[1])
+    pending.sort(key=lambda arm: -arm.attention_dim)
     finished = _run_in_workers(cfg, workdir, pending, deadline)
   else:
     data = data if data is not None else load_data(cfg)
     finished = True
-    for arm, dim in pending:
-      if not train_group(cfg, workdir, arm, dim, data, mesh=mesh, log=log, deadline=deadline):
+    for arm in pending:
+      if not train_group(cfg, workdir, arm, data, mesh=mesh, log=log, deadline=deadline):
         finished = False
         break
       if primary:
@@ -216,16 +216,16 @@ def _run_locked(cfg, workdir, *, mesh, log, data) -> str | None:
   return write_reports(workdir, cfg) if primary else None
 
 
-def train_group(cfg: ExperimentConfig, workdir: str, arm: str, dim: int, data, *,
+def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, *,
                 mesh=None, log: Callable[[str], None] = print,
                 deadline: float | None = None) -> bool:
-  """Trains (or resumes) one (arm, dim) pair and writes its results; False if
+  """Trains (or resumes) one sweep point and writes its results; False if
   `deadline` stopped it first (its checkpoint is saved)."""
   if deadline is not None and multihost.agree(time.time() > deadline):
     return False
-  run_dir = group_dir(workdir, arm, dim)
-  trainer = train_lib.EnsembleTrainer(cfg, arm, dim, data, tuple(range(cfg.seeds)), mesh=mesh)
-  log(f"[{arm} d={dim}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
+  run_dir = group_dir(workdir, arm.name, arm.attention_dim)
+  trainer = train_lib.EnsembleTrainer(cfg, arm, data, tuple(range(cfg.seeds)), mesh=mesh)
+  log(f"[{arm.label}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
   result = trainer.run(run_dir, log=log, deadline=deadline)
   if result is None:
     return False
@@ -266,27 +266,24 @@ def _worker_init(parent_pid: int) -> None:
 _WORKER_DATA = {}
 
 
-def _worker_task(cfg: ExperimentConfig, workdir: str, arm: str, dim: int,
-                 deadline: float | None) -> tuple[str, int, bool]:
+def _worker_task(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm,
+                 deadline: float | None) -> bool:
   if "data" not in _WORKER_DATA:
     _WORKER_DATA["data"] = load_data(cfg)
   log = lambda line: print(line, flush=True)
-  done = train_group(cfg, workdir, arm, dim, _WORKER_DATA["data"], log=log, deadline=deadline)
-  return arm, dim, done
+  return train_group(cfg, workdir, arm, _WORKER_DATA["data"], log=log, deadline=deadline)
 
 
-def _run_in_workers(cfg: ExperimentConfig, workdir: str, pending: list[tuple[str, int]],
+def _run_in_workers(cfg: ExperimentConfig, workdir: str, pending: list[config_lib.Arm],
                     deadline: float | None) -> bool:
   import multiprocessing  # pylint: disable=g-import-not-at-top
   ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
   finished = True
   with ctx.Pool(min(cfg.workers, len(pending)), initializer=_worker_init,
                 initargs=(os.getpid(),)) as pool:
-    tasks = [pool.apply_async(_worker_task, (cfg, workdir, arm, dim, deadline))
-             for arm, dim in pending]
+    tasks = [pool.apply_async(_worker_task, (cfg, workdir, arm, deadline)) for arm in pending]
     for task in tasks:
-      _, _, done = task.get()
-      finished = finished and done
+      finished = task.get() and finished
       write_reports(workdir, cfg)
   return finished
 

@@ -26,14 +26,17 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 import numpy as np
 import optax
-import sacrebleu
 
 from attention_jax import decoding
 from attention_jax import models
+from attention_jax import registry
+from attention_jax.data import batching
+from attention_jax.data import input_pipeline
 from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
 from attention_jax.training import multihost
-from attention_jax.training.config import ExperimentConfig
+from attention_jax.training import steps
+from attention_jax.training.config import Arm, ExperimentConfig
 
 
 
@@ -41,27 +44,43 @@ from attention_jax.training.config import ExperimentConfig
 # Model and optimiser construction.
 
 
-def model_for(cfg: ExperimentConfig, arm: str, dim: int, tokenizer):
-  """(model class, model config) for one arm and attention dimension."""
+def model_for(cfg: ExperimentConfig, arm: Arm, data):
+  """(model class, model config) of one sweep point, built once per run.
+
+  `cfg.model` picks the family; `arm` says what its attention is. The
+  Transformer gets `cfg.encoder_layers` encoder and `cfg.decoder_layers`
+  decoder layers, and a position table long enough for `data`
+  (`transformer_positions`).
+  """
+  tok = data.tokenizer
   dtype = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
-  special = dict(vocab_size=tokenizer.vocab_size, pad_id=tokenizer.pad_id,
-                 eos_id=tokenizer.eos_id, sos_id=tokenizer.sos_id, dtype=dtype,
-                 param_dtype=jnp.float32, dropout=cfg.dropout)
+  special = dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, eos_id=tok.eos_id,
+                 sos_id=tok.sos_id, dtype=dtype, param_dtype=jnp.float32, dropout=cfg.dropout)
   if cfg.model == "rnn":
-    if arm in ("none_init", "none_concat"):
-      attention = dict(decoder=arm)
-    else:
-      attention = dict(decoder="luong", score=arm, attention_dim=dim)
-    if arm == "location":
-      attention["max_source_length"] = cfg.max_length + 1
+    attention = dict(decoder=arm.decoder)
+    if arm.has_attention:
+      attention.update(score=arm.score, attention_dim=arm.attention_dim)
+      if registry.SCORES[arm.score].needs_length:
+        attention["max_source_length"] = cfg.max_length + 1  # + <eos>
     return models.Seq2Seq, models.Seq2SeqConfig(
         embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
         encoder_layers=cfg.encoder_layers, bidirectional=True,
         decoder_layers=cfg.decoder_layers, cell=cfg.cell, **attention, **special)
   return models.Transformer, models.TransformerConfig(
-      num_layers=cfg.decoder_layers, d_model=cfg.hidden_dim, num_heads=cfg.num_heads,
-      d_ff=cfg.ff_dim, score=arm, attention_dim=dim, max_length=2 * cfg.max_length + 16,
-      **special)
+      num_layers=cfg.decoder_layers, encoder_layers=cfg.encoder_layers,
+      d_model=cfg.hidden_dim, num_heads=cfg.num_heads, d_ff=cfg.ff_dim, score=arm.score,
+      attention_dim=arm.attention_dim, max_length=transformer_positions(data), **special)
+
+
+def transformer_positions(data) -> int:
+  """Rows of the Transformer's position table for `data`: evaluation batches
+  are not length-filtered, so the longest source of any split, padded to its
+  batch grid (`batching.padded_length`, + <eos>), must fit, and so must the
+  longest output decoding gives that source (`decoding.output_length`)."""
+  longest = max(int(data.token_ids(split)[0].lengths.max(initial=0))
+                for split in ("train", "validation", "test"))
+  source = int(batching.padded_length(longest + 1))
+  return max(source, decoding.output_length(None, source))
 
 
 def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
@@ -77,39 +96,6 @@ def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
   else:
     schedule = optax.constant_schedule(cfg.learning_rate)
   return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), optax.adam(schedule))
-
-
-def token_loss(logits, targets, pad_id: int, label_smoothing: float = 0.0):
-  """Mean cross entropy over non-pad target tokens.
-
-  Computed from the log-softmax and the integer labels, never a one-hot
-  `[B, T, V]` tensor: on 2 CPU cores the one-hot version spent ~30 ms of a
-  ~180 ms quick-preset step building, selecting and broadcasting `[B, T, V]`
-  tensors (jax.profiler trace, issue 9). With label smoothing ε the target
-  distribution is (1 - ε)·onehot + ε/V (optax.smooth_labels), whose cross
-  entropy is (1 - ε)·nll + ε·mean_v(-log p_v).
-
-  Args:
-    logits: `[B, T, V]` (any float dtype; computed in float32).
-    targets: int `[B, T]`.
-
-  Returns:
-    `(loss, num_tokens)` float32 scalars.
-  """
-  logprobs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [B, T, V]
-  xent = -jnp.take_along_axis(logprobs, targets[..., None], axis=-1)[..., 0]  # [B, T]
-  if label_smoothing:
-    xent = (1.0 - label_smoothing) * xent - label_smoothing * jnp.mean(logprobs, axis=-1)
-  valid = (targets != pad_id).astype(jnp.float32)
-  ntok = jnp.sum(valid)
-  return jnp.sum(xent * valid) / jnp.maximum(ntok, 1.0), ntok
-
-
-def decoder_input(tgt: np.ndarray, sos_id: int, pad_id: int) -> np.ndarray:
-  """Teacher forcing: `<sos>` + gold shifted right; `[B, T]` -> `[B, T]`."""
-  shifted = np.concatenate([np.full_like(tgt[:, :1], sos_id), tgt[:, :-1]], axis=1)
-  # Rows that are all padding (filler rows) stay all padding.
-  return np.where((tgt != pad_id).any(axis=1, keepdims=True), shifted, pad_id)
 
 
 # ----------------------------------------------------------------------------
@@ -136,12 +122,12 @@ class GroupResult:
 class EnsembleTrainer:
   """Trains `seeds` members of one (arm, dim) configuration together."""
 
-  def __init__(self, cfg: ExperimentConfig, arm: str, dim: int, data,
-               seeds: tuple[int, ...], mesh: Mesh | None = None):
-    self.cfg, self.arm, self.dim, self.data = cfg, arm, dim, data
+  def __init__(self, cfg: ExperimentConfig, arm: Arm, data, seeds: tuple[int, ...],
+               mesh: Mesh | None = None):
+    self.cfg, self.arm, self.data = cfg, arm, data
     self.seeds = tuple(int(s) for s in seeds)
     self.tok = data.tokenizer
-    self.model_cls, self.model_config = model_for(cfg, arm, dim, self.tok)
+    self.model_cls, self.model_config = model_for(cfg, arm, data)
     self.graphdef, state = models.create_ensemble(self.model_cls, self.model_config, self.seeds)
     self.params, self.rest = state.split(nnx.Param, ...)
     self.num_params = models.count_params(
@@ -180,7 +166,7 @@ class EnsembleTrainer:
     if new.any():
       self.diverged_at = np.where(new, step, self.diverged_at)
       seeds = [s for s, n in zip(self.seeds, new) if n]
-      log(f"[{self.arm} d={self.dim}] seed(s) {seeds} diverged at step {step} ({why}); "
+      log(f"[{self.arm.label}] seed(s) {seeds} diverged at step {step} ({why}); "
           "recorded as diverged, no BLEU")
 
   def _check_params(self, step: int, log: Callable[[str], None]):
@@ -195,35 +181,23 @@ class EnsembleTrainer:
     return model(src, tgt_in, **kw)
 
   def _build_train_step(self):
-    cfg, pad = self.cfg, self.tok.pad_id
+    cfg = self.cfg
+    step = functools.partial(steps.train_step, self.graphdef, self.tx, pad_id=self.tok.pad_id,
+                             label_smoothing=cfg.label_smoothing, dropout=cfg.dropout > 0.0)
     seeds = jnp.asarray(self.seeds, jnp.uint32)
 
-    def member(params, rest, opt_state, seed, step, src, tgt_in, tgt_out):
-      key = jax.random.fold_in(jax.random.PRNGKey(seed), step)
+    def member(params, rest, opt_state, seed, step_index, src, tgt_in, tgt_out):
+      key = jax.random.fold_in(jax.random.PRNGKey(seed), step_index)
+      return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
 
-      def loss_fn(p):
-        logits, _ = self._apply(p, rest, src, tgt_in, deterministic=cfg.dropout == 0.0,
-                                rngs=nnx.Rngs(dropout=key))
-        return token_loss(logits, tgt_out, pad, cfg.label_smoothing)
-
-      (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-      updates, opt_state = self.tx.update(grads, opt_state, params)
-      return optax.apply_updates(params, updates), opt_state, loss
-
-    def step_fn(params, rest, opt_state, step, src, tgt_in, tgt_out):
+    def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
       return jax.vmap(member, in_axes=(0, 0, 0, 0, None, None, None, None))(
-          params, rest, opt_state, seeds, step, src, tgt_in, tgt_out)
+          params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
 
     return jax.jit(step_fn, donate_argnums=(0, 2))
 
   def _build_eval_step(self):
-    pad = self.tok.pad_id
-
-    def member(params, rest, src, tgt_in, tgt_out):
-      logits, _ = self._apply(params, rest, src, tgt_in, deterministic=True)
-      loss, ntok = token_loss(logits, tgt_out, pad)  # no label smoothing: true NLL
-      return loss * ntok, ntok
-
+    member = functools.partial(steps.eval_step, self.graphdef, pad_id=self.tok.pad_id)
     return jax.jit(jax.vmap(member, in_axes=(0, 0, None, None, None)))
 
   def _build_diag_step(self):
@@ -239,7 +213,7 @@ class EnsembleTrainer:
 
       def loss_of_offset(off):
         logits, aux = model_out(off)
-        return token_loss(logits, tgt_out, pad, ls)[0], aux
+        return steps.token_loss(logits, tgt_out, pad, ls)[0], aux
 
       # d loss / d attention logits, and the logits themselves, in one pass.
       grad, aux = jax.grad(loss_of_offset, has_aux=True)(
@@ -277,6 +251,11 @@ class EnsembleTrainer:
       return tuple(jnp.asarray(a) for a in arrays)
     return tuple(_global_array(a, self._batch_sharding) for a in arrays)
 
+  def _teacher_forced(self, batch):
+    """`(src, tgt_in, tgt_out)` of a batch on the devices (`tgt_in` shifted right)."""
+    tgt_in = steps.decoder_input(batch.tgt, self.tok.sos_id, self.tok.pad_id)
+    return self._put(batch.src, tgt_in, batch.tgt)
+
   def _replicated(self, array):
     """`array` (the same in every process) as a device array beside the parameters."""
     if self.mesh is None:
@@ -292,8 +271,7 @@ class EnsembleTrainer:
 
   def train_step(self, batch, step: int) -> np.ndarray:
     """One optimiser step of every member on `batch`; returns the losses `[E]`."""
-    src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
-                                                                self.tok.pad_id), batch.tgt)
+    src, tgt_in, tgt_out = self._teacher_forced(batch)
     self.params, self.opt_state, loss = self._train_step(
         self.params, self.rest, self.opt_state, jnp.int32(step), src, tgt_in, tgt_out)
     return multihost.to_host(loss)  # waits for the step: honest timings
@@ -322,7 +300,7 @@ class EnsembleTrainer:
   def bleu(self, params, split: str, limit: int, beam_size: int) -> np.ndarray:
     """Corpus BLEU (sacrebleu, detokenised text) per member, `[E]`."""
     hyps, refs = self.translate(params, split, limit, beam_size)
-    return np.asarray([sacrebleu.corpus_bleu(h, [refs]).score for h in hyps])
+    return np.asarray([input_pipeline.corpus_bleu(h, refs) for h in hyps])
 
   def perplexity(self, params, split: str) -> np.ndarray:
     """Teacher-forced perplexity per target token (EOS included, padding
@@ -330,8 +308,7 @@ class EnsembleTrainer:
     nll, ntok = np.zeros(len(self.seeds)), 0.0
     for batch in self.data.batches(split, self.cfg.eval_batch_size, shuffle=False,
                                    repeat=False):
-      src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
-                                                                self.tok.pad_id), batch.tgt)
+      src, tgt_in, tgt_out = self._teacher_forced(batch)
       batch_nll, batch_ntok = self._eval_step(params, self.rest, src, tgt_in, tgt_out)
       nll += multihost.to_host(batch_nll).astype(np.float64)
       ntok += float(multihost.to_host(batch_ntok)[0])
@@ -340,7 +317,7 @@ class EnsembleTrainer:
   def alignment(self, params, split: str = "test") -> dict[str, Any]:
     """Member 0's tokens and cross-attention weights for example 0 of `split`
     (None for the decoders without attention)."""
-    if getattr(self.model_config, "decoder", "luong").startswith("none_"):
+    if not self.arm.has_attention:
       return None
     batch = next(self.data.batches(split, 1, shuffle=False, repeat=False, limit=1))
     src = self._replicated(batch.src)  # one sentence: not split over devices
@@ -350,8 +327,7 @@ class EnsembleTrainer:
             "weights": multihost.to_host(weights)[0, 0].astype(np.float32)}
 
   def diagnose(self, batch) -> dict[str, np.ndarray]:
-    src, tgt_in, tgt_out = self._put(batch.src, decoder_input(batch.tgt, self.tok.sos_id,
-                                                                self.tok.pad_id), batch.tgt)
+    src, tgt_in, tgt_out = self._teacher_forced(batch)
     stats = self._diag_step(self.params, self.rest, src, tgt_in, tgt_out)
     return {k: multihost.to_host(v).astype(np.float64) for k, v in stats.items()}
 
@@ -385,7 +361,7 @@ class EnsembleTrainer:
       self.best_bleu = np.asarray(meta["best_bleu"], np.float64)
       self.best_step = np.asarray(meta["best_step"], np.int64)
       self.diverged_at = np.asarray(meta.get("diverged_at", self.diverged_at), np.int64)
-      log(f"[{self.arm} d={self.dim}] resumed at step {meta['step']}")
+      log(f"[{self.arm.label}] resumed at step {meta['step']}")
     metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log,
                          write=multihost.is_primary())
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
@@ -407,14 +383,14 @@ class EnsembleTrainer:
       self.mark_diverged(~(np.abs(loss) <= self.diverged_loss), step,  # NaN is caught too
                          f"loss {loss.tolist()}", log)
       if self.diverged_at.all():
-        log(f"[{self.arm} d={self.dim}] every member diverged: training stops")
+        log(f"[{self.arm.label}] every member diverged: training stops")
         break
 
       if step % cfg.log_every == 0 or step == cfg.steps:
         # tokens/s over training steps only; the ETA from wall time (with evaluation).
         rate = window_tokens / max(window_seconds, 1e-9)
         eta = (cfg.steps - step) * (time.time() - window_start) / max(cfg.log_every, 1)
-        log(f"[{self.arm} d={self.dim}] step {step}/{cfg.steps} loss "
+        log(f"[{self.arm.label}] step {step}/{cfg.steps} loss "
             f"{' '.join(f'{x:.3f}' for x in loss)} | {rate:,.0f} target tok/s | "
             f"ETA {eta / 60:.1f} min")
         window_tokens, window_seconds, window_start = 0, 0.0, time.time()
@@ -438,7 +414,7 @@ class EnsembleTrainer:
           metrics.append({"step": step, "seed": seed,
                           "val_bleu": None if np.isnan(scores[e]) else float(scores[e]),
                           "val_ppl": _num(ppl[e])})
-        log(f"[{self.arm} d={self.dim}] step {step}: validation BLEU "
+        log(f"[{self.arm.label}] step {step}: validation BLEU "
             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
             f"{' '.join(f'{p:.2f}' for p in ppl)}")
       if step % cfg.checkpoint_every == 0 or step == cfg.steps:
@@ -448,7 +424,7 @@ class EnsembleTrainer:
                                         "diverged_at": self.diverged_at.tolist()})
         if (deadline is not None and step < cfg.steps
             and multihost.agree(time.time() > deadline)):
-          log(f"[{self.arm} d={self.dim}] time budget reached at step {step}; "
+          log(f"[{self.arm.label}] time budget reached at step {step}; "
               "checkpoint saved, re-run the same command to resume")
           return None
 
@@ -457,14 +433,14 @@ class EnsembleTrainer:
     test_hyps, test_refs = self.translate(self.best_params, "test", cfg.test_examples,
                                           cfg.beam_size)
     test_hyps = [h if good else None for h, good in zip(test_hyps, ok)]
-    test_scores = [sacrebleu.corpus_bleu(h, [test_refs]).score if h is not None else None
+    test_scores = [input_pipeline.corpus_bleu(h, test_refs) if h is not None else None
                    for h in test_hyps]
     best_ppl = np.where(ok, self.perplexity(self.best_params, "validation"), np.nan)
     final = self.diagnose(diag_batch)
     rows = []
     for e, seed in enumerate(self.seeds):
       rows.append({
-          "arm": self.arm, "dim": self.dim, "seed": seed, "model": cfg.model,
+          "arm": self.arm.name, "dim": self.arm.attention_dim, "seed": seed, "model": cfg.model,
           "dataset": cfg.dataset, "params": self.num_params, "steps": step,
           "train_seconds": round(train_seconds, 2),
           "val_bleu": round(float(self.best_bleu[e]), 4) if ok[e] else None,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from attention_jax.data import bible, input_pipeline, sword
+from attention_jax.data import bible, input_pipeline, sword, tfds_prep
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -176,7 +176,7 @@ def test_batches(en_es):
 
 
 def test_prepare_data_cli_reuses_prepared_data(en_es, data_dir, sword_root):
-  (marker,) = Path(data_dir).glob(f"bible_translate/en-es/*/{bible._MARKER}")
+  (marker,) = Path(data_dir).glob(f"bible_translate/en-es/*/{tfds_prep.MARKER}")
   before = marker.stat().st_mtime_ns
   out = subprocess.run(
       [sys.executable, "-m", "experiments.prepare_data", f"--data_dir={data_dir}",
@@ -219,7 +219,7 @@ class ToyPairs(tfds.core.GeneratorBasedBuilder):
 def _killed_before_marker(version_dir):
   # Killed between writing the data and the completion marker, next to the
   # temp folder of an earlier killed run, with a torn shard.
-  (version_dir / bible._MARKER).unlink()
+  (version_dir / tfds_prep.MARKER).unlink()
   (version_dir.parent / "incomplete.ABCDEF_1.0.0").mkdir()
   shard = next(version_dir.glob("*-train.array_record*"))
   shard.write_bytes(shard.read_bytes()[:10])
@@ -250,17 +250,17 @@ def _flipped_bytes(version_dir):  # same size, other content
                                     _truncated_shard, _flipped_bytes])
 def test_ensure_prepared_rebuilds_damaged_data(tmp_path, damage):
   make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
-  prepare = lambda: bible.ensure_prepared(make, lock_dir=tmp_path)
+  prepare = lambda: tfds_prep.ensure_prepared(make, lock_dir=tmp_path)
   builder = prepare()
   version_dir = Path(os.fspath(builder.data_path))
-  marker_time = (version_dir / bible._MARKER).stat().st_mtime_ns
+  marker_time = (version_dir / tfds_prep.MARKER).stat().st_mtime_ns
   assert prepare().data_path == builder.data_path  # reused as is
-  assert (version_dir / bible._MARKER).stat().st_mtime_ns == marker_time
+  assert (version_dir / tfds_prep.MARKER).stat().st_mtime_ns == marker_time
   damage(version_dir)
   rebuilt = prepare()
-  assert (version_dir / bible._MARKER).is_file()
+  assert (version_dir / tfds_prep.MARKER).is_file()
   assert not list(version_dir.parent.glob("incomplete.*"))
-  cols = bible.read_source(rebuilt.as_data_source(split="train"), ("en", "es"))
+  cols = tfds_prep.read_source(rebuilt.as_data_source(split="train"), ("en", "es"))
   assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(20))
 
 
@@ -270,7 +270,7 @@ def test_concurrent_preparations_take_turns(tmp_path):
 
   def worker():
     try:
-      results.append(bible.ensure_prepared(make, lock_dir=tmp_path))
+      results.append(tfds_prep.ensure_prepared(make, lock_dir=tmp_path))
     except Exception as e:  # pylint: disable=broad-except
       errors.append(e)
 
@@ -280,7 +280,7 @@ def test_concurrent_preparations_take_turns(tmp_path):
   for t in threads:
     t.join()
   assert not errors and len(results) == 3
-  cols = bible.read_source(results[0].as_data_source(split="test"), ("en",))
+  cols = tfds_prep.read_source(results[0].as_data_source(split="test"), ("en",))
   assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(10))
 
 
@@ -288,7 +288,7 @@ def test_half_written_bible_is_rebuilt(tmp_path, sword_root):
   builder = bible.prepare("en-es", data_dir=tmp_path, sword_path=sword_root)
   _killed_before_marker(Path(os.fspath(builder.data_path)))
   rebuilt = bible.prepare("en-es", data_dir=tmp_path, sword_path=sword_root)
-  counts = {s: len(bible.read_split(rebuilt, s, ("ref",))["ref"]) for s in bible.SPLIT_RANGES}
+  counts = {s: len(tfds_prep.read_split(rebuilt, s, ("ref",))["ref"]) for s in bible.SPLIT_RANGES}
   assert counts == bible.EXPECTED_COUNTS
 
 

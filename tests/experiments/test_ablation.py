@@ -36,6 +36,7 @@ def _numbers(rows):
     (["--model=cnn"], "model"),
     (["--preset=huge"], "preset"),
     (["--dropout=2"], "dropout"),
+    (["--model=transformer", "--cell=lstm"], "cell"),  # a flag of the other family
 ])
 def test_bad_flags_fail_fast_with_one_clear_line(tmp_path, flags, needle):
   t0 = time.time()
@@ -53,8 +54,11 @@ def test_helpfull_documents_every_field():
   assert proc.returncode in (0, 1)  # absl exits 1 after printing help
   from attention_jax.training import config
   import dataclasses
+  text = " ".join(proc.stdout.split())  # absl wraps help lines
   for field in dataclasses.fields(config.ExperimentConfig):
     assert f"--{field.name}" in proc.stdout, field.name
+    if field.name not in ("arms", "dims"):  # the driver's own flags, with their own help
+      assert " ".join(field.metadata["help"].split()[:4]) in text, field.name
 
 
 def test_smoke_preset_end_to_end(tmp_path):

@@ -1,5 +1,7 @@
-"""End-to-end tests of experiments/benchmark.py (subprocesses, tiny sizes)."""
+"""Tests of experiments/benchmark.py end to end (subprocesses, tiny sizes) and of
+its suites and settings (experiments/benchmarks/, in this process)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -8,14 +10,22 @@ import textwrap
 
 import pytest
 
+import attention_jax as aj
+from attention_jax import benchmarking as bm
+from attention_jax import registry
+from experiments.benchmarks import kernel_impls
+from experiments.benchmarks import kernels
+from experiments.benchmarks import settings as settings_lib
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-TINY = ["--suite=kernels,additive", "--seq_lens=16,32", "--head_dims=8", "--heads=2",
-                "--batch=1", "--causal=false", "--dtypes=float32", "--modes=fwd_bwd",
-                "--repeats=3", "--warmup=1", "--additive_batch=2", "--additive_dim=16",
-                "--additive_seq_lens=8,16", "--additive_time_max_len=8"]
-TINY_MODELS = ["--suite=models", "--models=transformer", "--model_size=tiny", "--model_batch=2",
-               "--model_seq_len=4", "--model_seeds=2", "--model_steps=2", "--repeats=3"]
+TINY = ["--preset=tiny", "--suite=kernels,additive", "--seq_lens=16,32", "--head_dims=8",
+        "--heads=2", "--batch=1", "--causal=false", "--dtypes=float32", "--modes=fwd_bwd",
+        "--repeats=3", "--warmup=1", "--additive_batch=2", "--additive_dim=16",
+        "--additive_seq_lens=8,16", "--additive_time_max_len=8"]
+TINY_MODELS = ["--preset=tiny", "--suite=models", "--models=transformer", "--model_size=tiny",
+               "--model_batch=2", "--model_seq_len=4", "--model_seeds=2", "--model_steps=2",
+               "--repeats=3"]
 
 
 def _run(args, workdir, script=None):
@@ -89,51 +99,82 @@ def test_models_suite_tiny(tmp_path):
   assert 0 < one["final_loss"] < 20 and 0 < vm["final_loss"] < 20
 
 
-# Runs the driver with (1) torch hidden and (2) the library's `dot` kernel
-# replaced by a deliberately wrong one (unscaled scores under the scaled_dot
-# name) whose timing would be recorded if the driver did not check it.
-_WRONG_KERNEL = """
-import sys
-sys.modules["torch"] = None  # `import torch` now raises ImportError
-from absl import app
-from experiments import benchmark
-from attention_jax import benchmarking as bm
-import attention_jax as aj
-
-timed = []
-original_time = bm.time_interleaved
-def spy(calls, **kw):
-  timed.extend(calls)
-  return original_time(calls, **kw)
-bm.time_interleaved = spy
-
-original_build = benchmark.build_kernel
-def build(impl, case, params, library_implementation):
-  if impl == "dot":  # checked against the scaled_dot reference below
-    return benchmark.Kernel(lambda q, k, v: aj.attention(q, k, v, score="dot"))
-  return original_build(impl, case, params, library_implementation)
-benchmark.build_kernel = build
-benchmark._score_of = lambda impl: "scaled_dot"
-
-def main(argv):
-  benchmark.main(argv)
-  print("TIMED", sorted(timed))
-app.run(main, argv=sys.argv)
-"""
+def _tiny(**fields):
+  """The tiny preset with `fields` replaced: a Settings for calling a suite's `run`."""
+  return dataclasses.replace(settings_lib.PRESETS["tiny"], **fields)
 
 
-def test_wrong_kernel_is_refused_and_missing_torch_is_skipped(tmp_path):
-  proc = _run(["--suite=kernels", "--impls=dot,scaled_dot,torch", "--seq_lens=16", "--head_dims=8",
-               "--heads=2", "--batch=1", "--causal=false", "--dtypes=float32", "--modes=fwd",
-               "--repeats=3", "--warmup=1"], tmp_path, script=_WRONG_KERNEL)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  rows = {r["impl"]: r for r in _rows(tmp_path)}
+def test_wrong_kernel_is_refused_and_missing_torch_is_skipped(monkeypatch):
+  """With torch hidden and the `dot` kernel replaced by a deliberately wrong one
+  (unscaled scores checked against the scaled_dot reference), whose timing
+  would be recorded if the suite did not check it first."""
+  monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+  timed = []
+  original_time = bm.time_interleaved
+
+  def spy(calls, **kw):
+    timed.extend(calls)
+    return original_time(calls, **kw)
+
+  monkeypatch.setattr(bm, "time_interleaved", spy)
+  original_build = kernel_impls.build_kernel
+
+  def build(impl, case, params, library_implementation):
+    if impl == "dot":  # checked against the scaled_dot reference below
+      return kernel_impls.Kernel(lambda q, k, v: aj.attention(q, k, v, score="dot"))
+    return original_build(impl, case, params, library_implementation)
+
+  monkeypatch.setattr(kernel_impls, "build_kernel", build)
+  monkeypatch.setattr(kernel_impls, "score_of", lambda impl: "scaled_dot")
+  written = []
+  kernels.run(_tiny(suite=("kernels",), impls=("dot", "scaled_dot", "torch"), seq_lens=(16,),
+                    causal=(False,), modes=("fwd",)), written.append)
+  rows = {r["impl"]: r for r in written}
+  assert len(written) == 3
   assert rows["dot"]["status"] == "refused"
   assert "refusing to time" in rows["dot"]["reason"]
   assert "time_median_s" not in rows["dot"]
   assert rows["scaled_dot"]["status"] == "ok"
   assert rows["torch"]["status"] == "skipped" and "PyTorch is not installed" in rows["torch"]["reason"]
-  assert "TIMED ['scaled_dot']" in proc.stdout  # only the correct kernel reached the timer
+  assert timed == ["scaled_dot"]  # only the correct kernel reached the timer
+
+
+def test_library_scores_come_from_the_registry():
+  assert settings_lib.LIBRARY_SCORES[0] == "scaled_dot"
+  assert sorted(settings_lib.LIBRARY_SCORES) == sorted(registry.FUNCTION_SCORES)
+  assert set(settings_lib.LIBRARY_SCORES) <= set(settings_lib.IMPLS)
+  assert settings_lib.PRESETS["tiny"].impls == settings_lib.IMPLS  # every impl in the smoke run
+  for preset in ("cpu", "gpu"):
+    assert set(settings_lib.LIBRARY_SCORES) <= set(settings_lib.PRESETS[preset].impls)
+  assert kernel_impls.score_of("cosine") == "cosine"
+  assert kernel_impls.score_of("jax_xla") == kernel_impls.score_of("naive") == "scaled_dot"
+
+
+@pytest.mark.parametrize("fields,needle", [
+    (dict(impls="scaled_dot,bogus"), "`--impls`: 'bogus'"),
+    (dict(seq_lens="128,abc"), "`--seq_lens` must be a comma-separated list of int"),
+    (dict(causal="maybe"), "`--causal` must be a comma-separated list of bool"),
+    (dict(seq_lens=""), "`--seq_lens` is empty"),
+    (dict(head_dims=(0,)), "`--head_dims`: every value must be >= 1"),
+    (dict(repeats=0), "`--repeats` must be a positive integer"),
+    (dict(model_steps=0), "`--model_steps` must be a positive integer"),
+    (dict(warmup=-1), "`--warmup` must be >= 0"),
+    (dict(library_implementation="fast"), "`--library_implementation` must be one of"),
+    (dict(memory_limit_gb=0.0), "`--memory_limit_gb` must be > 0"),
+    (dict(model_size="huge"), "`--model_size` must be one of"),
+])
+def test_settings_name_the_bad_flag(fields, needle):
+  with pytest.raises(ValueError) as e:
+    settings_lib.from_preset("tiny", **fields)
+  assert needle in str(e.value)
+
+
+def test_settings_from_preset_parses_lists_and_keeps_the_rest():
+  s = settings_lib.from_preset("cpu", seq_lens="16, 32", causal="false,true", repeats=3)
+  assert s.seq_lens == (16, 32) and s.causal == (False, True) and s.repeats == 3
+  assert s.heads == settings_lib.PRESETS["cpu"].heads and s.model_steps == 5
+  with pytest.raises(ValueError, match="--preset"):
+    settings_lib.from_preset("huge")
 
 
 @pytest.mark.parametrize("flag,needle", [
@@ -164,13 +205,14 @@ def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
       import sys
       from absl import app
       from experiments import benchmark
-      real = benchmark.run_kernels_suite
+      from experiments.benchmarks import kernels
+      real = kernels.run
       def dies_midway(settings, write):
         def once(row):
           write(row)
           raise OSError(28, "No space left on device", "benchmark.jsonl")
         real(settings, once)
-      benchmark.run_kernels_suite = dies_midway
+      kernels.run = dies_midway
       app.run(benchmark.main)
       """
   crashed = _run(args, tmp_path, script=script)

@@ -1,8 +1,9 @@
 """A small synthetic translation task and a training loop for overfit tests.
 
-Copy or reverse random token strings of length 5-15 (ids >= 3; 0 pad,
-1 eos, 2 sos), then train with Adam and report teacher-forced token accuracy
-on the training set.
+Copy or reverse random strings of length 5-15 (`data.synthetic`, symbols with
+ids >= 4; 0 pad, 1 eos, 2 sos, 3 unk), then train with the trainer's own step
+(`training.steps.train_step`) and report teacher-forced token accuracy on the
+training set.
 """
 
 import functools
@@ -14,21 +15,26 @@ import numpy as np
 import optax
 from flax import nnx
 
+from attention_jax.data import synthetic
+from attention_jax.data import tokenizer as tokenizer_lib
+from attention_jax.training import steps
+
 
 def make_task(n, vocab, *, task="reverse", min_len=5, max_len=15, seed=0):
-  """`(src, tgt_in, tgt_out)` int32 `[n, max_len + 1]` (sentences end with eos)."""
-  rng = np.random.default_rng(seed)
-  width = max_len + 1
-  src = np.zeros((n, width), np.int32)
-  tgt = np.zeros((n, width), np.int32)
-  for i in range(n):
-    length = rng.integers(min_len, max_len + 1)
-    x = rng.integers(3, vocab, size=length)
-    src[i, :length], src[i, length] = x, 1
-    tgt[i, :length], tgt[i, length] = (x[::-1] if task == "reverse" else x), 1
-  tgt_in = np.concatenate([np.full((n, 1), 2, np.int32), tgt[:, :-1]], axis=1)
-  tgt_in = np.where(np.arange(width)[None] < (tgt != 0).sum(1, keepdims=True), tgt_in, 0)
-  return src, tgt_in.astype(np.int32), tgt
+  """`(src, tgt_in, tgt_out)` int32 `[n, max_len + 1]` (sentences end with eos):
+  the `n` training pairs of `data.synthetic.make_task` over `vocab - 4` symbols."""
+  splits, tok = synthetic.make_task(task, num_symbols=vocab - tokenizer_lib.NUM_SPECIAL,
+                                    min_len=min_len, max_len=max_len, num_train=n,
+                                    num_valid=1, num_test=1, seed=seed)
+
+  def padded(texts):  # [n, max_len + 1]
+    out = np.full((n, max_len + 1), tok.pad_id, np.int32)
+    for i, ids in enumerate(tok.encode_batch(texts)):
+      out[i, :len(ids) + 1] = ids + [tok.eos_id]
+    return out
+
+  src, tgt = (padded(texts) for texts in splits["train"])
+  return src, steps.decoder_input(tgt, tok.sos_id, tok.pad_id), tgt
 
 
 def token_accuracy(logits, tgt_out):
@@ -43,34 +49,26 @@ def train_to_accuracy(model, data, *, max_steps, learning_rate, target=0.99,
   Returns `(accuracy, steps, seconds)`.
   """
   src, tgt_in, tgt_out = data
-  graphdef, params = nnx.split(model)
+  graphdef, params, rest = nnx.split(model, nnx.Param, ...)
   tx = optax.adam(learning_rate)
   opt_state = tx.init(params)
-
-  def loss_fn(p, s, ti, to):
-    logits, _ = nnx.merge(graphdef, p)(s, ti)
-    xent = optax.softmax_cross_entropy_with_integer_labels(logits, to)
-    valid = to != 0
-    return jnp.sum(xent * valid) / jnp.sum(valid)
-
-  @jax.jit
-  def step(p, o, s, ti, to):
-    grads = jax.grad(loss_fn)(p, s, ti, to)
-    updates, o = tx.update(grads, o, p)
-    return optax.apply_updates(p, updates), o
-
-  accuracy_of = jax.jit(lambda p: token_accuracy(nnx.merge(graphdef, p)(src, tgt_in)[0], tgt_out))
+  step = jax.jit(functools.partial(steps.train_step, graphdef, tx,
+                                   pad_id=model.config.pad_id, dropout=False))
+  no_dropout = jax.random.key(0)  # unused: the step is deterministic
+  accuracy_of = jax.jit(lambda p: token_accuracy(
+      nnx.merge(graphdef, p, rest)(src, tgt_in)[0], tgt_out))
   rng = np.random.default_rng(seed)
-  start, accuracy, steps = time.time(), 0.0, 0
-  while steps < max_steps:
+  start, accuracy, num_steps = time.time(), 0.0, 0
+  while num_steps < max_steps:
     idx = rng.integers(0, len(src), batch_size)
-    params, opt_state = step(params, opt_state, src[idx], tgt_in[idx], tgt_out[idx])
-    steps += 1
-    if steps % check_every == 0:
+    params, opt_state, _ = step(params, rest, opt_state, src[idx], tgt_in[idx], tgt_out[idx],
+                                no_dropout)
+    num_steps += 1
+    if num_steps % check_every == 0:
       accuracy = float(accuracy_of(params))
       if accuracy >= target:
         break
-  return accuracy, steps, time.time() - start
+  return accuracy, num_steps, time.time() - start
 
 
 @functools.partial(nnx.jit, static_argnames=("deterministic",))

@@ -257,3 +257,19 @@ def test_overfits_copy_task(score):
   accuracy, steps, seconds = synthetic_task.train_to_accuracy(
       model_of(config), data, max_steps=2000, learning_rate=1e-3)
   assert accuracy >= 0.99, (score, accuracy, steps, seconds)
+
+
+def test_encoder_and_decoder_depths_can_differ():
+  config = TransformerConfig(16, num_layers=2, encoder_layers=1, d_model=16, num_heads=2,
+                             d_ff=32, dropout=0.0, max_length=16)
+  model = Transformer(config, rngs=nnx.Rngs(0))
+  assert (len(model.encoder_layers), len(model.decoder_layers)) == (1, 2)
+  deeper = Transformer(dataclasses.replace(config, encoder_layers=3), rngs=nnx.Rngs(0))
+  assert len(deeper.encoder_layers) == 3
+  src = jnp.asarray([[5, 6, 7, 1]])
+  logits, aux = forward(model, src, jnp.asarray([[2, 5, 6]]))
+  assert logits.shape == (1, 3, 16) and aux["scores"].shape[0] == 2  # one per decoder layer
+  assert len(Transformer(dataclasses.replace(config, encoder_layers=None),
+                         rngs=nnx.Rngs(0)).encoder_layers) == 2  # None: num_layers
+  with pytest.raises(ValueError, match="encoder_layers"):
+    TransformerConfig(16, encoder_layers=0)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from attention_jax.data import input_pipeline
-from attention_jax.training import config, reporting, significance, train_lib
+from attention_jax.training import config, reporting, significance, steps, train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +21,7 @@ def _cfg(**kw):
 
 def _train(cfg, seeds, steps=3):
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, "additive", 8, data, seeds)
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, seeds)
   batches = trainer._train_batches(0)
   losses = [trainer.train_step(next(batches), s) for s in range(steps)]
   return trainer, np.stack(losses)
@@ -43,7 +43,7 @@ def test_vmapped_seeds_equal_separate_runs():
 def test_token_loss_ignores_padding():
   logits = jax.random.normal(jax.random.PRNGKey(0), (2, 4, 7))
   targets = np.array([[3, 4, 1, 0], [5, 1, 0, 0]])
-  loss, ntok = train_lib.token_loss(logits, targets, pad_id=0)
+  loss, ntok = steps.token_loss(logits, targets, pad_id=0)
   logp = jax.nn.log_softmax(logits)
   picked = [-logp[b, t, targets[b, t]] for b in range(2) for t in range(4) if targets[b, t]]
   assert float(ntok) == 5
@@ -62,7 +62,7 @@ def test_token_loss_label_smoothing_matches_smoothed_one_hot_cross_entropy():
         q = np.full(6, eps / 6)  # optax.smooth_labels: (1 - eps) * onehot + eps / V
         q[targets[b, t]] += 1 - eps
         want.append(-(q * logp[b, t]).sum())
-  loss, _ = train_lib.token_loss(logits, targets, pad_id=0, label_smoothing=eps)
+  loss, _ = steps.token_loss(logits, targets, pad_id=0, label_smoothing=eps)
   assert float(loss) == pytest.approx(np.mean(want), rel=1e-6)
 
 
@@ -71,12 +71,12 @@ def test_perplexity_is_exp_of_token_nll_over_the_whole_split():
   own teacher-forced log-probabilities, batch by batch over the split."""
   cfg = _cfg()
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, "additive", 8, data, (0, 1))
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0, 1))
   ppl = trainer.perplexity(trainer.params, "validation")
   assert ppl.shape == (2,)
   nll, ntok, rows = np.zeros(2), 0, 0
   for batch in data.batches("validation", 7, shuffle=False):  # another batch size on purpose
-    tgt_in = train_lib.decoder_input(batch.tgt, 2, 0)
+    tgt_in = steps.decoder_input(batch.tgt, 2, 0)
     for e in range(2):
       logits, _ = trainer._apply(jax.tree.map(lambda x: x[e], trainer.params),
                                  jax.tree.map(lambda x: x[e], trainer.rest),
@@ -100,7 +100,7 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
   cfg = _cfg(steps=4, eval_every=2, diag_every=2, checkpoint_every=2, log_every=2,
              eval_examples=8, test_examples=8)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, "additive", 8, data, (0, 1))
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0, 1))
   if poison == "nan_params":
     trainer.params = jax.tree.map(lambda x: x.at[1].set(np.nan), trainer.params)
   else:
@@ -126,7 +126,7 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
 
 def test_decoder_input_shifts_right_and_keeps_filler_rows_empty():
   tgt = np.array([[7, 8, 1, 0], [0, 0, 0, 0]])
-  out = train_lib.decoder_input(tgt, sos_id=2, pad_id=0)
+  out = steps.decoder_input(tgt, sos_id=2, pad_id=0)
   np.testing.assert_array_equal(out, [[2, 7, 8, 1], [0, 0, 0, 0]])
 
 
@@ -140,7 +140,7 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
       data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
       out = []
       for mesh in (None, jax.sharding.Mesh(np.asarray(jax.devices()), ("data",))):
-        t = train_lib.EnsembleTrainer(cfg, "additive", 8, data, (0, 1), mesh=mesh)
+        t = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0, 1), mesh=mesh)
         it = t._train_batches(0)
         losses = [t.train_step(next(it), s) for s in range(3)]
         out.append((np.stack(losses), jax.tree.leaves(t.params)))
@@ -155,3 +155,24 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
   proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env,
                         capture_output=True, text=True, timeout=600)
   assert "SHARDED-OK" in proc.stdout, proc.stderr[-3000:]
+
+
+def test_model_for_the_transformer_honours_both_depths_and_fits_every_split():
+  # issue 11: --encoder_layers used to be ignored (the encoder got decoder_layers)
+  cfg = _cfg(model="transformer", arms=("scaled_dot",), encoder_layers=1, decoder_layers=2,
+             hidden_dim=16, num_heads=2)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  cls, model_config = train_lib.model_for(cfg, config.Arm.of("scaled_dot", 8), data)
+  assert (model_config.num_encoder_layers, model_config.num_layers) == (1, 2)
+  assert model_config.head_dim == 8
+  longest = max(int(data.token_ids(s)[0].lengths.max()) for s in ("train", "validation", "test"))
+  assert model_config.max_length >= longest + 1  # evaluation is not length-filtered
+
+
+def test_a_flag_of_the_other_model_family_is_refused():
+  config.check_family("rnn", {"cell": "lstm", "embed_dim": 64})
+  config.check_family("transformer", {"num_heads": 4, "hidden_dim": 64})
+  with pytest.raises(ValueError, match="`cell` applies only to the RNN"):
+    config.check_family("transformer", {"cell": "lstm"})
+  with pytest.raises(ValueError, match="`num_heads` applies only to the Transformer"):
+    config.check_family("rnn", {"num_heads": 4})

@@ -1,4 +1,5 @@
-"""Config validation and input checks shared by the model families."""
+"""Config validation, input checks and dropout keys shared by the model families
+(and by `decoding`, which checks the tokens it is given the same way)."""
 
 from __future__ import annotations
 
@@ -45,6 +46,11 @@ def special_tokens(config: Any) -> None:
           f"`{name}` must be an int in [0, vocab_size={config.vocab_size}), got {value!r}.")
   if len(set(ids.values())) != 3:
     raise ValueError(f"`pad_id`, `eos_id` and `sos_id` must differ, got {ids}.")
+
+
+def split_key(key, n: int) -> list:
+  """`n` dropout keys from `key`, or `n` Nones when `key` is None (no dropout)."""
+  return [None] * n if key is None else list(jax.random.split(key, n))
 
 
 def tokens(x, name: str) -> jax.Array:

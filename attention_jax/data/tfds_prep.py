@@ -1,0 +1,156 @@
+"""Preparing TFDS datasets so that a kill, a second process or damaged files
+never leave data that is read half-written, and reading them back without
+TensorFlow (`array_record` + `tfds.data_source`). Used by `bible` and `wmt`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Sequence
+
+import tensorflow_datasets as tfds
+
+__all__ = ["ensure_prepared", "read_split", "read_source", "MARKER"]
+
+# Written last into a prepared version folder: every file's size and SHA-256.
+MARKER = ".attention_jax_complete.json"
+
+
+def _shards_present(builder: tfds.core.DatasetBuilder) -> bool:
+  try:
+    for split_info in builder.info.splits.values():
+      for path in split_info.filepaths:
+        if not Path(os.fspath(path)).is_file():
+          return False
+  except Exception:  # A dataset_info.json that does not parse is incomplete too.
+    return False
+  return True
+
+
+def _file_digests(folder: Path) -> dict[str, list]:
+  """`{relative path: [size, sha256]}` of every file under `folder` but the marker."""
+  out = {}
+  for file in sorted(folder.rglob("*")):
+    if file.is_file() and file.name != MARKER and not file.name.startswith(MARKER):
+      h = hashlib.sha256()
+      with open(file, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+          h.update(block)
+      out[file.relative_to(folder).as_posix()] = [file.stat().st_size, h.hexdigest()]
+  return out
+
+
+def _marker_matches(path: Path) -> bool:
+  """True if the completion marker lists every file with its size and SHA-256
+  and the folder still holds exactly those bytes (a shard cut in half, or a
+  marker from before checksums were recorded, is False: rebuilt)."""
+  try:
+    recorded = json.loads((path / MARKER).read_text())["files"]
+  except (OSError, ValueError, KeyError, TypeError):
+    return False
+  return bool(recorded) and _file_digests(path) == recorded
+
+
+def _complete(builder, marker: bool) -> bool:
+  path = Path(os.fspath(builder.data_path))
+  return (builder.is_prepared() and _shards_present(builder)
+          and (not marker or _marker_matches(path)))
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path):
+  """An advisory lock: concurrent preparations (e.g. pytest -n 2) take turns."""
+  lock_file.parent.mkdir(parents=True, exist_ok=True)
+  with open(lock_file, "a") as f:
+    fcntl.flock(f, fcntl.LOCK_EX)
+    try:
+      yield
+    finally:
+      fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool = True,
+                    before_prepare=None):
+  """Returns a builder whose data is fully written, (re)building it if needed.
+
+  TFDS writes into `incomplete.*` and renames at the end, but it *reuses* any
+  existing version folder even if files are missing. Here a version folder
+  counts as complete only with its `dataset_info.json`, every shard file, and
+  (`marker=True`) our completion marker, written last. Anything else (a killed
+  run, a deleted shard) is removed and rebuilt, never read.
+
+  Args:
+    make_builder: zero-argument callable returning a fresh builder.
+    lock_dir: folder for the lock file that serialises preparations of the
+      same dataset by concurrent processes (the data_dir).
+    marker: require and write the completion marker (own datasets); for WMT
+      (possibly prepared by plain TFDS) only info + shards are required.
+    before_prepare: called just before `download_and_prepare` (e.g. a check
+      that TensorFlow is installed).
+  """
+  builder = make_builder()
+  if _complete(builder, marker):
+    return builder
+  config = builder.builder_config.name if builder.builder_config else "default"
+  with _exclusive(Path(lock_dir) / f".{builder.name}-{config}.lock"):
+    builder = make_builder()
+    if _complete(builder, marker):  # Another process finished it meanwhile.
+      return builder
+    path = Path(os.fspath(builder.data_path))
+    if path.exists():
+      shutil.rmtree(path)
+    if path.parent.is_dir():  # Leftovers of killed runs: incomplete.<rand>_<version>.
+      for stale in path.parent.glob(f"incomplete.*{builder.version}"):
+        shutil.rmtree(stale, ignore_errors=True)
+    if before_prepare is not None:
+      before_prepare()
+    builder = make_builder()
+    builder.download_and_prepare(
+        file_format="array_record",
+        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    if marker:
+      counts = {name: info.num_examples for name, info in builder.info.splits.items()}
+      tmp = path / (MARKER + ".tmp")
+      tmp.write_text(json.dumps({"counts": counts, "files": _file_digests(path)}))
+      os.replace(tmp, path / MARKER)
+  return make_builder()
+
+
+def _as_str(value) -> str:
+  return value.decode("utf-8") if isinstance(value, bytes) else str(value)
+
+
+def read_split(builder: tfds.core.DatasetBuilder, split: str, keys: Sequence[str],
+               chunk: int = 8192) -> dict[str, list[str]]:
+  """Reads every example of `split` through `tfds.data_source`, in stored order.
+
+  Returns:
+    {key: list of str} for each feature key in `keys`.
+  """
+  source = tfds.data_source(
+      f"{builder.name}/{builder.builder_config.name}" if builder.builder_config
+      else builder.name, split=split, data_dir=os.fspath(builder.data_dir_root),
+      download=False, builder_kwargs={"file_format": "array_record"})
+  return read_source(source, keys, chunk)
+
+
+def read_source(source, keys: Sequence[str], chunk: int = 8192) -> dict[str, list[str]]:
+  out = {k: [] for k in keys}
+  n = len(source)
+  for start in range(0, n, chunk):
+    ids = list(range(start, min(n, start + chunk)))
+    try:
+      examples = source.__getitems__(ids)
+    except TypeError:
+      # `tfds.testing.mock_data` installs a `__getitems__` with the wrong arity.
+      examples = [source[i] for i in ids]
+    for ex in examples:
+      for k in keys:
+        out[k].append(_as_str(ex[k]))
+  return out

@@ -1,0 +1,184 @@
+"""Every knob of the benchmark in one frozen `Settings`, and the presets.
+
+A preset is a complete `Settings`; a command line starts from one and
+replaces the fields it names (`experiments/benchmark.py`). Each field has
+the name of its flag, so an invalid value raises a ValueError that names the
+flag (`--seq_lens`, ...), whether it came from a flag or from code.
+
+Glossary (kernel suite): B batch, H heads, T sequence length (Tq = Tk),
+D head size; (additive suite) a attention size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+from attention_jax import registry
+
+SUITES = ("kernels", "additive", "models")
+# The library's attention, one implementation per pure score function;
+# scaled_dot first, as the tables compare the others to it.
+LIBRARY_SCORES = ("scaled_dot",) + tuple(s for s in registry.FUNCTION_SCORES
+                                         if s != "scaled_dot")
+IMPLS = LIBRARY_SCORES + ("scaled_dot_plain", "scaled_dot_blockwise", "naive", "jax_xla",
+                          "jax_cudnn", "nnx", "torch")
+MODES = ("fwd", "fwd_bwd")
+DTYPES = ("float32", "bfloat16", "float16")
+LIBRARY_IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
+MODEL_NAMES = ("rnn_seq2seq", "transformer")
+MODEL_SIZES = ("tiny", "small", "base")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+  """What to measure and how. Fields without a default are set by every preset."""
+  # Which suites run, in this order.
+  suite: tuple[str, ...]
+  # Kernel suite: the implementations and the sweep (every combination).
+  impls: tuple[str, ...]
+  seq_lens: tuple[int, ...]
+  head_dims: tuple[int, ...]
+  heads: tuple[int, ...]
+  batch: tuple[int, ...]
+  causal: tuple[bool, ...]
+  dtypes: tuple[str, ...]
+  modes: tuple[str, ...]
+  library_implementation: str = "auto"  # `implementation=` of the per-score impls
+  additive_max_len: int  # longest T for the `additive` impl
+  peak_tflops: float | None = None  # for % of peak where the built-in table has none
+  # Timing (every suite).
+  repeats: int  # timed calls per measurement (at most; see time_budget_s)
+  warmup: int  # discarded calls before timing
+  time_budget_s: float = 30.0  # fewer repeats (>= 3) when one round is slower than budget / repeats
+  max_other_load: float | None = None  # retry a timing when others kept more cores busy
+  load_retries: int = 4
+  load_retry_pause_s: float = 15.0
+  memory_limit_gb: float | None = None  # None: 90% of the accelerator, half the free RAM on CPU
+  seed: int = 0  # PRNG seed of the random inputs
+  # Additive suite: B, a, the lengths T compiled, and up to which T they are timed.
+  additive_batch: int
+  additive_dim: int
+  additive_seq_lens: tuple[int, ...]
+  additive_time_max_len: int
+  # Models suite.
+  models: tuple[str, ...] = MODEL_NAMES
+  model_size: str
+  model_batch: int
+  model_seq_len: int
+  model_seeds: int  # N for vmapped vs sequential seeds
+  model_vocab: int | None = None  # None (or 0): the size's default
+  model_steps: int = 5  # training steps per timed call (one compiled lax.scan)
+
+  def __post_init__(self):
+    for name, (cast, allowed, minimum) in _LISTS.items():
+      _check_items(name, getattr(self, name), cast, allowed, minimum)
+    for name in ("repeats", "additive_batch", "additive_dim", "additive_time_max_len",
+                 "additive_max_len", "model_batch", "model_seq_len", "model_seeds",
+                 "model_steps"):
+      value = getattr(self, name)
+      if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"`--{name}` must be a positive integer, got {value!r}.")
+    if not isinstance(self.warmup, int) or self.warmup < 0:
+      raise ValueError(f"`--warmup` must be >= 0, got {self.warmup!r}.")
+    _check_choice("library_implementation", self.library_implementation,
+                  LIBRARY_IMPLEMENTATIONS)
+    _check_choice("model_size", self.model_size, MODEL_SIZES)
+    if self.memory_limit_gb is not None and not self.memory_limit_gb > 0:
+      raise ValueError(f"`--memory_limit_gb` must be > 0, got {self.memory_limit_gb}.")
+
+
+def _check_choice(name: str, value: Any, allowed: tuple) -> None:
+  if value not in allowed:
+    raise ValueError(f"`--{name}` must be one of {', '.join(allowed)}; got {value!r}.")
+
+
+def _check_items(name: str, items: Any, cast: Callable, allowed, minimum) -> None:
+  if not isinstance(items, tuple):
+    raise ValueError(f"`--{name}` must be a tuple, got {items!r}.")
+  if not items:
+    raise ValueError(f"`--{name}` is empty.")
+  for item in items:
+    if type(item) is not cast:  # pylint: disable=unidiomatic-typecheck
+      raise ValueError(f"`--{name}`: {item!r} is not a {cast.__name__}.")
+    if allowed is not None and item not in allowed:
+      raise ValueError(f"`--{name}`: {item!r} is not one of {allowed}.")
+    if minimum is not None and item < minimum:
+      raise ValueError(f"`--{name}`: every value must be >= {minimum}, got {item}.")
+
+
+# The tuple fields: item type, allowed values, minimum.
+_LISTS: dict[str, tuple[Callable, tuple | None, int | None]] = {
+    "suite": (str, SUITES, None), "impls": (str, IMPLS, None),
+    "seq_lens": (int, None, 1), "head_dims": (int, None, 1), "heads": (int, None, 1),
+    "batch": (int, None, 1), "causal": (bool, None, None), "dtypes": (str, DTYPES, None),
+    "modes": (str, MODES, None), "additive_seq_lens": (int, None, 1),
+    "models": (str, MODEL_NAMES, None),
+}
+
+
+def _bool(raw: str) -> bool:
+  if raw.lower() in ("true", "1", "yes"):
+    return True
+  if raw.lower() in ("false", "0", "no"):
+    return False
+  raise ValueError(raw)
+
+
+def parse_list(name: str, raw: str) -> tuple:
+  """A comma-separated flag value as the tuple field `name` holds (unchecked items)."""
+  cast = _LISTS[name][0]
+  parse = _bool if cast is bool else cast
+  try:
+    return tuple(parse(item.strip()) for item in str(raw).split(",") if item.strip())
+  except ValueError:
+    raise ValueError(f"`--{name}` must be a comma-separated list of {cast.__name__}, "
+                     f"got {raw!r}.") from None
+
+
+def is_list(name: str) -> bool:
+  """Whether field `name` is a tuple given on the command line as `a,b,c`."""
+  return name in _LISTS
+
+
+def from_preset(preset: str, **overrides) -> Settings:
+  """Preset `preset` with `overrides` (field -> value; strings for tuple fields are parsed)."""
+  if preset not in PRESETS:
+    raise ValueError(f"`--preset` must be one of {', '.join(PRESETS)}; got {preset!r}.")
+  unknown = set(overrides) - {f.name for f in dataclasses.fields(Settings)}
+  if unknown:
+    raise ValueError(f"unknown settings {sorted(unknown)}.")
+  parsed = {name: parse_list(name, value) if is_list(name) and isinstance(value, str) else value
+            for name, value in overrides.items()}
+  return dataclasses.replace(PRESETS[preset], **parsed)
+
+
+PRESETS: dict[str, Settings] = {
+    # Every suite's code and every implementation at toy sizes: a smoke run of seconds.
+    "tiny": Settings(suite=("kernels", "additive"), impls=IMPLS, seq_lens=(16, 32),
+                     head_dims=(8,), heads=(2,), batch=(1,), causal=(False, True),
+                     dtypes=("float32",), modes=MODES, repeats=3, warmup=1,
+                     additive_batch=2, additive_dim=16, additive_seq_lens=(8, 16),
+                     additive_time_max_len=16, additive_max_len=32, model_batch=4,
+                     model_seq_len=8, model_seeds=2, model_size="tiny"),
+    # The README's CPU table: the issue's target shape and a modest sweep.
+    "cpu": Settings(suite=("kernels", "additive"),
+                    impls=LIBRARY_SCORES + ("scaled_dot_plain", "naive", "jax_xla", "nnx",
+                                            "torch"),
+                    seq_lens=(128, 256, 512, 1024), head_dims=(64,), heads=(8,), batch=(8,),
+                    causal=(False,), dtypes=("float32",), modes=MODES, repeats=7, warmup=2,
+                    additive_batch=32, additive_dim=1024,
+                    additive_seq_lens=(16, 32, 64, 128, 256, 512), additive_time_max_len=128,
+                    additive_max_len=256, model_batch=64, model_seq_len=32, model_seeds=4,
+                    model_size="small"),
+    # Accelerators: long sequences, both head sizes, both dtypes, causal or not.
+    "gpu": Settings(suite=SUITES,
+                    impls=LIBRARY_SCORES + ("naive", "jax_xla", "jax_cudnn", "nnx"),
+                    seq_lens=(128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+                    head_dims=(64, 128), heads=(8, 16), batch=(4,), causal=(False, True),
+                    dtypes=("bfloat16", "float32"), modes=MODES, repeats=20, warmup=3,
+                    additive_batch=32, additive_dim=1024,
+                    additive_seq_lens=(32, 64, 128, 256, 512, 1024),
+                    additive_time_max_len=1024, additive_max_len=1024, model_batch=128,
+                    model_seq_len=64, model_seeds=4, model_size="base"),
+}
