@@ -61,6 +61,9 @@ def test_helpfull_documents_every_field():
       assert " ".join(field.metadata["help"].split()[:4]) in text, field.name
 
 
+@pytest.mark.slow  # the whole smoke sweep, twice (~170 s); the 10-minute default suite
+# keeps the train driver's end-to-end run with a kill (below) and the ablation driver's
+# lock and full-disk tests (tests/training/test_reliability.py)
 def test_smoke_preset_end_to_end(tmp_path):
   workdir = str(tmp_path / "smoke")
   proc = _driver("ablation", "--preset=smoke", f"--workdir={workdir}")
