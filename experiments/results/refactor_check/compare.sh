@@ -7,7 +7,7 @@
 set -euo pipefail
 before_commit=$1
 py=${PYTHON:-.venv/bin/python}
-py=$(realpath "$py")
+py="$(cd "$(dirname "$py")" && pwd)/$(basename "$py")"  # absolute, not resolved (a venv's python is a link)
 root=$(pwd)
 tmp=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$tmp/src" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
