@@ -214,9 +214,9 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
     no weights), or 'fused' (`jax.nn.dot_product_attention` with the
     requested 'xla' / 'cudnn', or under 'auto' cuDNN flash attention where
     `_cudnn_applies` (which also looks at the mask), else XLA's kernel:
-    `dot` / `scaled_dot` with dq == dk == dv, no weights). `auto` chooses fused off CPUs, and on CPUs
-    blockwise from `_BLOCKWISE_MIN_KEYS` keys on (measured: the constant's
-    comment), plain otherwise.
+    `dot` / `scaled_dot` with dq == dk == dv, no weights). `auto` chooses
+    fused off CPUs, and on CPUs blockwise from `_BLOCKWISE_MIN_KEYS` keys on
+    (measured: the constant's comment), plain otherwise.
 
   Raises:
     ValueError: an explicit `implementation` that cannot serve the inputs,

@@ -126,7 +126,6 @@ class Attention(nnx.Module):
     a = self.attention_dim
     linear = dict(use_bias=True, kernel_init=GLOROT, dtype=dtype,
                   param_dtype=param_dtype, rngs=rngs)
-    self.projected = spec.projected
     if spec.projected:
       self.query_proj = nnx.Linear(query_dim, a, **linear)
       self.key_proj = nnx.Linear(key_dim, a, **linear)
@@ -141,6 +140,11 @@ class Attention(nnx.Module):
       self.beta = nnx.Param(jnp.full((), math.sqrt(key_dim), param_dtype))
     elif score == "location":
       self.location_proj = nnx.Linear(query_dim, max_source_length, **linear)
+
+  @property
+  def projected(self) -> bool:
+    """Whether the score projects query and key to `a` features (the registry's word)."""
+    return registry.SCORES[self.score].projected
 
   def prepare(self, keys: jax.Array) -> jax.Array:
     """Key-side work done once per sentence: `[B, S, dk]` -> `[B, S, a]`

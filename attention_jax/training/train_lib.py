@@ -74,7 +74,8 @@ def model_for(cfg: ExperimentConfig, arm: Arm, data):
 
 def transformer_positions(data) -> int:
   """Rows of the Transformer's position table for `data`: evaluation batches
-  are not length-filtered, so the longest source of any split, padded to its
+  are not length-filtered, so the longest source of the splits the trainer
+  reads (train, validation, test), padded to its
   batch grid (`batching.padded_length`, + <eos>), must fit, and so must the
   longest output decoding gives that source (`decoding.output_length`)."""
   longest = max(int(data.token_ids(split)[0].lengths.max(initial=0))
