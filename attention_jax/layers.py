@@ -17,8 +17,10 @@ Luong et al. 2015, Vaswani et al. 2017).
 In `MultiHeadAttention` the per-head query/key projections W^Q_i, W^K_i (with
 bias) *are* the W_1, W_2 of the multiplicative score, so `multiplicative` runs
 as `dot` on the projected heads and `scaled_multiplicative` as `scaled_dot`
-(a = the per-head query/key size). `additive`, `general`, `cosine` and
-`location` add their own per-head parameters on top of the head projections.
+(a = the per-head query/key size), `inverse_dim` divides by a instead, and
+`qk_norm` normalises them and multiplies by one learned g per layer.
+`additive`, `general`, `cosine` and `location` add their own per-head
+parameters on top of the head projections.
 
 Shape glossary: B batch, H heads, T / Tq query length, S / Tk key length,
 D model width, dq / dk query / key features, dv value features, a attention
@@ -101,6 +103,8 @@ class Attention(nnx.Module):
   Parameters per score (a = `attention_dim`, dq / dk query / key sizes):
   `additive` Linear(dq→a) + Linear(dk→a) (with bias, Glorot) + `v [a]`;
   `multiplicative`, `scaled_multiplicative` the same two Linears;
+  `qk_norm` the same two Linears + scalar `g` (init log₂(L² − L), L =
+  `max_source_length`); `inverse_dim` the two Linears;
   `general` `w [dq, dk]` (Glorot); `cosine` scalar `beta` (init √dk);
   `location` Linear(dq→max_source_length); `dot`, `scaled_dot` none.
   """
@@ -140,6 +144,9 @@ class Attention(nnx.Module):
       self.beta = nnx.Param(jnp.full((), math.sqrt(key_dim), param_dtype))
     elif score == "location":
       self.location_proj = nnx.Linear(query_dim, max_source_length, **linear)
+    elif score == "qk_norm":  # Henry et al. 2020: g₀ = log₂(L² − L)
+      self.g = nnx.Param(jnp.full((), scores_lib.qk_norm_init(max_source_length),
+                                  param_dtype))
 
   @property
   def projected(self) -> bool:
@@ -166,10 +173,11 @@ class Attention(nnx.Module):
       # `scores.additive` offers for long query axes is not needed here.
       out = _additive_rematerialised(q_proj, prepared.astype(q_proj.dtype),
                                      self.v[...].astype(q_proj.dtype))  # [B, Tq, S]
-    elif self.projected:  # multiplicative, scaled_multiplicative
+    elif self.projected:  # (scaled_)multiplicative, qk_norm, inverse_dim
       q_proj = self.query_proj(query)  # [B, Tq, a]
-      fn = getattr(scores_lib, registry.SCORES[s].fused)  # dot / scaled_dot
-      out = fn(q_proj, prepared.astype(q_proj.dtype))  # [B, Tq, S]
+      fn = getattr(scores_lib, registry.SCORES[s].on_projected)
+      extra = (self.g[...].astype(q_proj.dtype),) if s == "qk_norm" else ()
+      out = fn(q_proj, prepared.astype(q_proj.dtype), *extra)  # [B, Tq, S]
     elif s == "location":
       if src_len > self.max_source_length:
         raise ValueError(
@@ -286,6 +294,8 @@ class MultiHeadAttention(nnx.Module):
     elif score == "location":
       self.w_loc = _param(GLOROT, key(), (h, dk, max_length), param_dtype)
       self.b_loc = nnx.Param(jnp.zeros((h, max_length), param_dtype))
+    elif score == "qk_norm":  # one g per layer, shared by the heads (Henry et al. 2020)
+      self.g = nnx.Param(jnp.full((), scores_lib.qk_norm_init(max_length), param_dtype))
     self.dropout = nnx.Dropout(dropout_rate)
 
   # -- projections -----------------------------------------------------------
@@ -317,6 +327,10 @@ class MultiHeadAttention(nnx.Module):
     fused = registry.SCORES[s].fused
     if fused:  # dot, scaled_dot; (scaled_)multiplicative on the projected heads
       out = getattr(scores_lib, fused)(q, k)
+    elif s == "inverse_dim":
+      out = scores_lib.inverse_dim(q, k)
+    elif s == "qk_norm":
+      out = scores_lib.qk_norm(q, k, self.g[...].astype(dtype))
     elif s == "general":
       out = jax.vmap(scores_lib.general, in_axes=(1, 1, 0), out_axes=1)(
           q, k, per_head("w"))

@@ -39,8 +39,11 @@ class Score:
     fused: the pure score (after any projection) that the fused kernels
       (`jax.nn.dot_product_attention`, cuDNN flash attention) compute, or
       None where no fused kernel applies.
+    on_projected: the pure function of `scores.py` the layers apply to the
+      projected query and key (for `projected` scores; None otherwise).
     params: the score's own parameters in the layers (beyond projections).
-    needs_length: its parameters depend on the longest source (`location`).
+    needs_length: its parameters (or their initial values) depend on the
+      longest source (`location`, `qk_norm`).
   """
   name: str
   formula: str
@@ -49,6 +52,7 @@ class Score:
   projected: bool = False
   same_dim: bool = False
   fused: str | None = None
+  on_projected: str | None = None
   params: tuple[str, ...] = ()
   needs_length: bool = False
 
@@ -58,12 +62,18 @@ class Score:
 SCORES: dict[str, Score] = {s.name: s for s in (
     Score("additive", "vᵀ tanh(W_1 s + b_1 + W_2 h + b_2)",
           "Bahdanau et al. 2015; Britz et al. 2017 eq. 6",
-          function=True, projected=True, params=("v",)),
+          function=True, projected=True, on_projected="additive_projected", params=("v",)),
     Score("multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩", "Britz et al. 2017 eq. 7",
-          projected=True, fused="dot"),
+          projected=True, fused="dot", on_projected="dot"),
     Score("scaled_multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩ / √a",
           "Britz et al. 2017 eq. 7 with the scaling of Vaswani et al. 2017",
-          projected=True, fused="scaled_dot"),
+          projected=True, fused="scaled_dot", on_projected="scaled_dot"),
+    # The modern fixes of logit growth (opt-in arms; issue 13).
+    Score("qk_norm", "g · ⟨ŝ, ĥ⟩, x̂ = x/‖x‖ of W_1 s + b_1, W_2 h + b_2; g learned",
+          "Henry et al. 2020 (QKNorm); g starts at log₂(L² − L)",
+          projected=True, on_projected="qk_norm", params=("g",), needs_length=True),
+    Score("inverse_dim", "⟨W_1 s + b_1, W_2 h + b_2⟩ / a", "Yang et al. 2021 (μP)",
+          projected=True, on_projected="inverse_dim"),
     Score("dot", "sᵀh", "Luong et al. 2015", function=True, same_dim=True, fused="dot"),
     Score("scaled_dot", "sᵀh / √d", "Vaswani et al. 2017", function=True, same_dim=True,
           fused="scaled_dot"),

@@ -27,8 +27,9 @@ import jax.numpy as jnp
 from attention_jax import _validate
 from attention_jax import registry
 
-__all__ = ["dot", "scaled_dot", "general", "additive", "additive_naive",
-           "additive_projected", "cosine", "unit_vectors", "SCORE_NAMES"]
+__all__ = ["dot", "scaled_dot", "inverse_dim", "general", "additive", "additive_naive",
+           "additive_projected", "cosine", "qk_norm", "qk_norm_init", "unit_vectors",
+           "SCORE_NAMES"]
 
 # The scores defined here as pure functions (the registry says which).
 SCORE_NAMES = registry.FUNCTION_SCORES
@@ -65,6 +66,16 @@ def scaled_dot(q: jax.Array, k: jax.Array) -> jax.Array:
   scale = 1.0 / math.sqrt(q.shape[-1])
   # Scaling the (smaller) query instead of the scores keeps the op count at Tq·d.
   return dot(q * jnp.asarray(scale, q.dtype), k)  # [..., Tq, Tk]
+
+
+def inverse_dim(q: jax.Array, k: jax.Array) -> jax.Array:
+  """μP attention score `qᵀk / d` (Yang et al. 2021, "Tensor Programs V",
+  §4: divide by d, not √d), d = q.shape[-1]. Applied by the layers to the
+  projected query and key (the `inverse_dim` arm: `⟨W_1 s + b_1, W_2 h + b_2⟩ / a`)."""
+  q = _validate.as_float(q, "q")
+  _validate.rank_at_least(q, "q", 2)
+  _validate.nonempty_axis(q, "q", -1, "feature")
+  return dot(q * jnp.asarray(1.0 / q.shape[-1], q.dtype), k)  # [..., Tq, Tk]
 
 
 def general(q: jax.Array, k: jax.Array, w: jax.Array) -> jax.Array:
@@ -192,3 +203,25 @@ def cosine(q: jax.Array, k: jax.Array, beta=1.0) -> jax.Array:
   }) + (q.shape[-2], k.shape[-2])
   _validate.broadcast_shapes({"beta": beta.shape, "scores": out_shape})
   return beta.astype(q.dtype) * dot(unit_vectors(q), unit_vectors(k))  # [..., Tq, Tk]
+
+
+def qk_norm(q: jax.Array, k: jax.Array, g) -> jax.Array:
+  """QKNorm (Henry et al. 2020): `g · q̂ᵀk̂` with `x̂ = x / ‖x‖₂` along the
+  feature axis and `g` a learnable scalar, used instead of the `1/√d` of
+  scaled dot-product attention. The layers apply it to the projected query
+  and key (`W_1 s + b_1`, `W_2 h + b_2`); `g` is initialised with
+  `qk_norm_init`. Numerically it is `cosine` with `beta = g` (the same
+  scale-safe normalisation); the two differ in where they sit (after the
+  projections) and in how `g` starts.
+  """
+  return cosine(q, k, g)
+
+
+def qk_norm_init(length: int) -> float:
+  """Henry et al. 2020's initial `g`: `log₂(L² − L)`, L the longest sequence
+  (they take the 97.5th percentile of the training lengths; the layers take
+  the longest source they are built for). `L ≥ 2`."""
+  if int(length) < 2:
+    raise ValueError(f"`length` must be >= 2 for log2(L^2 - L), got {length!r}.")
+  length = int(length)
+  return math.log2(length * length - length)

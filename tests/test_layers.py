@@ -41,10 +41,17 @@ def _rnn_reference(attn, query, keys):
   if s == "additive":
     qp, kp = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
     return np.tanh(qp[:, :, None, :] + kp[:, None, :, :]) @ _np(attn.v[...])
-  if s in ("multiplicative", "scaled_multiplicative"):
+  if s in ("multiplicative", "scaled_multiplicative", "inverse_dim"):
     qp, kp = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
     e = qp @ kp.transpose(0, 2, 1)
-    return e / np.sqrt(qp.shape[-1]) if s == "scaled_multiplicative" else e
+    a = qp.shape[-1]
+    return {"multiplicative": e, "scaled_multiplicative": e / np.sqrt(a),
+            "inverse_dim": e / a}[s]
+  if s == "qk_norm":  # Henry et al. 2020: g · q̂ᵀk̂ of the projections
+    qp, kp = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
+    qn = qp / np.linalg.norm(qp, axis=-1, keepdims=True)
+    kn = kp / np.linalg.norm(kp, axis=-1, keepdims=True)
+    return float(attn.g[...]) * qn @ kn.transpose(0, 2, 1)
   if s == "dot":
     return q @ k.transpose(0, 2, 1)
   if s == "scaled_dot":
@@ -131,6 +138,12 @@ def _mha_reference(mha, xq, xkv, mask):
     e = q @ kt
   elif s in ("scaled_dot", "scaled_multiplicative"):
     e = q @ kt / np.sqrt(q.shape[-1])
+  elif s == "inverse_dim":  # μP: 1/d instead of 1/√d
+    e = q @ kt / q.shape[-1]
+  elif s == "qk_norm":  # one g for all heads of the layer
+    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
+    kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    e = float(mha.g[...]) * (qn @ kn.transpose(0, 1, 3, 2))
   elif s == "general":
     e = np.einsum("bhtd,hde,bhse->bhts", q, _np(mha.w[...]), k)
   elif s == "additive":
@@ -293,3 +306,15 @@ def test_dropout_key_accepts_rngs_streams_and_keys():
   assert layers.dropout_key(nnx.Rngs(dropout=0)).shape == ()
   with pytest.raises(TypeError, match="rngs"):
     layers.dropout_key(3)
+
+
+def test_qk_norm_starts_g_at_henrys_value_and_learns_it():
+  attn = Attention(6, 10, score="qk_norm", attention_dim=5, max_source_length=33,
+                   rngs=nnx.Rngs(0))
+  np.testing.assert_allclose(float(attn.g[...]), np.log2(33 ** 2 - 33), rtol=1e-6)
+  mha = MultiHeadAttention(4, 16, score="qk_norm", max_length=12, rngs=nnx.Rngs(0))
+  np.testing.assert_allclose(float(mha.g[...]), np.log2(12 ** 2 - 12), rtol=1e-6)
+  # g is a trained parameter: the loss has a nonzero gradient with respect to it.
+  x = jax.random.normal(jax.random.key(0), (2, 5, 16))
+  grads = nnx.grad(lambda m: jnp.sum(m(x)[0] ** 2))(mha)
+  assert float(jnp.abs(grads.g[...])) > 0.0

@@ -19,6 +19,10 @@ def test_derived_lists_follow_the_registry():
     assert callable(getattr(scores, name))
   for spec in registry.SCORES.values():  # fused names are pure dot-product scores
     assert spec.fused in (None, "dot", "scaled_dot")
+    # projected scores say which pure function the layers apply after the projections
+    assert (spec.on_projected is not None) == spec.projected
+    if spec.on_projected:
+      assert callable(getattr(scores, spec.on_projected))
 
 
 @pytest.mark.parametrize("name", registry.LAYER_SCORES)

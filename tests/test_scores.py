@@ -64,6 +64,17 @@ def ref_cosine(q, k, beta=1.0):
   return np.asarray(beta, np.float64) * _pairwise(cos, q, k)
 
 
+def ref_inverse_dim(q, k):
+  """μP (Yang et al. 2021): qᵀk / d."""
+  return _pairwise(lambda s, h: np.sum(s * h) / s.shape[-1], q, k)
+
+
+def ref_qk_norm(q, k, g):
+  """QKNorm (Henry et al. 2020): g · (q/‖q‖₂)ᵀ(k/‖k‖₂)."""
+  unit = lambda x: x / np.linalg.norm(x)
+  return np.asarray(g, np.float64) * _pairwise(lambda s, h: unit(s) @ unit(h), q, k)
+
+
 def _case(name, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D, dk=D):
   """(function, args, reference) for one score on random inputs."""
   q = _normal(rng, q_lead + (TQ, dq), dtype)  # [..., Tq, dq]
@@ -83,10 +94,16 @@ def _case(name, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D, dk=D
   if name == "cosine":
     beta = jnp.asarray(2.5, dtype)
     return scores.cosine, (q, k, beta), ref_cosine
+  if name == "inverse_dim":
+    return scores.inverse_dim, (q, k), ref_inverse_dim
+  if name == "qk_norm":
+    g = jnp.asarray(scores.qk_norm_init(TK), dtype)
+    return scores.qk_norm, (q, k, g), ref_qk_norm
   raise ValueError(name)
 
 
-ALL_SCORES = ("dot", "scaled_dot", "general", "additive", "additive_naive", "cosine")
+ALL_SCORES = ("dot", "scaled_dot", "general", "additive", "additive_naive", "cosine",
+              "inverse_dim", "qk_norm")
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
@@ -121,6 +138,29 @@ def test_scaled_dot_is_dot_over_sqrt_d():
   q, k = _normal(rng, (TQ, 9)), _normal(rng, (TK, 9))
   np.testing.assert_allclose(scores.scaled_dot(q, k), scores.dot(q, k) / 3.0,
                              rtol=1e-6, atol=1e-6)
+
+
+def test_inverse_dim_is_dot_over_d():
+  rng = np.random.default_rng(3)
+  q, k = _normal(rng, (TQ, 9)), _normal(rng, (TK, 9))
+  np.testing.assert_allclose(scores.inverse_dim(q, k), scores.dot(q, k) / 9.0,
+                             rtol=1e-6, atol=1e-6)
+
+
+def test_qk_norm_init_is_henrys_log2_l2_minus_l():
+  assert scores.qk_norm_init(2) == 1.0  # log2(4 - 2)
+  np.testing.assert_allclose(scores.qk_norm_init(33), np.log2(33 * 32))
+  for bad in (1, 0, -3):
+    with pytest.raises(ValueError, match="`length`"):
+      scores.qk_norm_init(bad)
+
+
+def test_qk_norm_scores_are_bounded_by_g():
+  rng = np.random.default_rng(5)
+  q, k = 1e3 * _normal(rng, (TQ, D)), 1e-3 * _normal(rng, (TK, D))  # any scale
+  out = np.asarray(scores.qk_norm(q, k, 7.0))
+  assert np.all(np.abs(out) <= 7.0 + 1e-5)
+  np.testing.assert_allclose(scores.qk_norm(q, q, 7.0).diagonal(), 7.0, rtol=1e-5)
 
 
 def test_cosine_zero_vectors_score_zero_with_finite_gradients():

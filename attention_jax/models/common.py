@@ -67,3 +67,9 @@ def same_batch(src, tgt) -> None:
   if src.shape[0] != tgt.shape[0]:
     raise ValueError(
         f"`src` {tuple(src.shape)} and `tgt_in` {tuple(tgt.shape)} must share the batch size.")
+
+
+def masked_max(x: jax.Array, mask: jax.Array) -> jax.Array:
+  """The largest entry of `x` where `mask` (broadcastable) is True, float32;
+  -inf where none is. For the max-attention-logit diagnostic."""
+  return jnp.max(jnp.where(mask, x.astype(jnp.float32), -jnp.inf))

@@ -89,7 +89,8 @@ class Seq2SeqConfig:
     if self.has_attention:
       spec = registry.SCORES[self.score]
       if spec.needs_length and self.max_source_length is None:
-        raise ValueError(f"score {self.score!r} needs `max_source_length` (the width of W_a).")
+        raise ValueError(f"score {self.score!r} needs `max_source_length` (location: the "
+                         "width of W_a; qk_norm: the L of g's initial log2(L^2 - L)).")
       if spec.same_dim and self.hidden_dim != self.encoder_dim:
         raise ValueError(
             f"score {self.score!r} compares decoder and encoder states directly: it needs "

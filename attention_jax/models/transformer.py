@@ -140,13 +140,19 @@ class EncoderLayer(_Block):
     self.self_attn = self._mha(config, rngs)
     self.ffn = FeedForward(config, rngs=rngs)
 
-  def __call__(self, x, mask, *, deterministic: bool = True, key=None):
-    """x `[B, S, D]`, mask bool `[B, 1, S, S]` -> `[B, S, D]`."""
+  def __call__(self, x, mask, *, deterministic: bool = True, key=None,
+               max_logit: bool = False):
+    """x `[B, S, D]`, mask bool `[B, 1, S, S]` -> `[B, S, D]`, or with
+    `max_logit` `(x, the largest raw self-attention logit at valid
+    query/key pairs)`."""
     k_attn, k_res1, k_res2 = common.split_key(key, 3)
-    x, _ = self._residual(
+    x, aux = self._residual(
         0, x, lambda h: self.self_attn(h, mask=mask, deterministic=deterministic,
-                                       rngs=k_attn), deterministic, k_res1)
+                                       rngs=k_attn, return_weights=max_logit),
+        deterministic, k_res1)
     x, _ = self._residual(1, x, lambda h: (self.ffn(h), None), deterministic, k_res2)
+    if max_logit:
+      return x, common.masked_max(aux["scores"], mask)  # over [B, H, S, S]
     return x
 
 
@@ -161,7 +167,7 @@ class DecoderLayer(_Block):
 
   def __call__(self, x, memory_kv, *, self_mask=None, cross_mask=None,
                deterministic: bool = True, key=None, score_offset=None,
-               cache=None, index=None):
+               cache=None, index=None, self_aux: list | None = None):
     """One decoder layer.
 
     Args:
@@ -172,6 +178,9 @@ class DecoderLayer(_Block):
       deterministic / key: dropout switch and key.
       score_offset: `[B, H, T, S]` added to the cross-attention scores.
       cache / index: self-attention cache and the position being decoded.
+      self_aux: a list (training forward only) to which the self attention's
+        `{'scores', 'weights'}` `[B, H, T, T]` is appended (it costs the
+        fused kernel, so only diagnostics ask for it).
 
     Returns:
       `(x [B, T, D], cross_aux {'scores', 'weights'} [B, H, T, S], new cache)`.
@@ -182,7 +191,11 @@ class DecoderLayer(_Block):
     def self_attention(h):
       nonlocal new_cache
       if cache is None:
-        return self.self_attn(h, mask=self_mask, deterministic=deterministic, rngs=k_self)
+        out, aux = self.self_attn(h, mask=self_mask, deterministic=deterministic,
+                                  rngs=k_self, return_weights=self_aux is not None)
+        if self_aux is not None:
+          self_aux.append(aux)
+        return out, None
       out, new_cache, _ = self.self_attn.decode_step(h, cache, index)
       return out, None
 
@@ -273,7 +286,9 @@ class Transformer(nnx.Module):
     self._check_length(src.shape[1], "src")
     return self._encode(src, deterministic, None if deterministic else dropout_key(rngs))
 
-  def _encode(self, src, deterministic, key):
+  def _encode(self, src, deterministic, key, max_logits: list | None = None):
+    """The encoder; appends each layer's largest self-attention logit to
+    `max_logits` when given."""
     c = self.config
     keys = common.split_key(key, c.num_encoder_layers + 1)
     table = self.embed if c.share_embeddings else self.src_embed
@@ -281,13 +296,18 @@ class Transformer(nnx.Module):
     valid = masks.padding(src, c.pad_id)  # [B, S]
     mask = masks.cross(valid, valid)  # [B, 1, S, S]
     for layer, k in zip(self.encoder_layers, keys[1:]):
-      x = layer(x, mask, deterministic=deterministic, key=k)
+      if max_logits is None:
+        x = layer(x, mask, deterministic=deterministic, key=k)
+      else:
+        x, peak = layer(x, mask, deterministic=deterministic, key=k, max_logit=True)
+        max_logits.append(peak)
     if c.pre_layer_norm:
       x = self.encoder_norm(x)
     return x  # [B, S, D]
 
   def __call__(self, src: jax.Array, tgt_in: jax.Array, *, deterministic: bool = True,
-               rngs=None, score_offset: jax.Array | None = None):
+               rngs=None, score_offset: jax.Array | None = None,
+               return_max_logits: bool = False):
     """Teacher-forced forward pass.
 
     Args:
@@ -297,6 +317,10 @@ class Transformer(nnx.Module):
       rngs: `nnx.Rngs` with a 'dropout' stream (or a jax key).
       score_offset: float `[N, B, H, T, S]` added to every decoder layer's raw
         cross-attention scores before the softmax.
+      return_max_logits: also return `aux['max_logits']`, the largest raw
+        attention logit (over batch, heads and valid query/key pairs) of
+        every layer: `{'encoder_self': [N_enc], 'decoder_self': [N],
+        'cross': [N]}` float32 (self attention then takes the plain kernel).
 
     Returns:
       `(logits [B, T, V] float32, aux)`; aux `scores` / `weights` float32
@@ -319,7 +343,8 @@ class Transformer(nnx.Module):
     if not deterministic and key is None and (c.dropout > 0 or c.attention_dropout > 0):
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
     k_enc, k_dec = common.split_key(key, 2)
-    memory = self._encode(src, deterministic, k_enc)
+    encoder_peaks = [] if return_max_logits else None
+    memory = self._encode(src, deterministic, k_enc, encoder_peaks)
 
     keys = common.split_key(k_dec, c.num_layers + 1)
     x = self._embed(tgt_in, self.embed, deterministic=deterministic, key=keys[0])
@@ -328,11 +353,13 @@ class Transformer(nnx.Module):
     self_mask = masks.combine(masks.causal(t), tgt_valid[:, None, None, :])  # [B, 1, T, T]
     cross_mask = src_valid[:, None, None, :]  # [B, 1, 1, S]
     all_scores, all_weights = [], []
+    self_aux = [] if return_max_logits else None
     for i, (layer, k) in enumerate(zip(self.decoder_layers, keys[1:])):
       x, cross, _ = layer(
           x, layer.cross_attn.project_kv(memory), self_mask=self_mask,
           cross_mask=cross_mask, deterministic=deterministic, key=k,
-          score_offset=None if score_offset is None else score_offset[i])
+          score_offset=None if score_offset is None else score_offset[i],
+          self_aux=self_aux)
       all_scores.append(cross["scores"])
       all_weights.append(cross["weights"])
     if c.pre_layer_norm:
@@ -340,6 +367,15 @@ class Transformer(nnx.Module):
     aux = {"scores": jnp.stack(all_scores),  # [N, B, H, T, S]
            "weights": jnp.stack(all_weights),  # [N, B, H, T, S]
            "key_valid": src_valid[None, :, None, None, :]}  # [1, B, 1, 1, S]
+    if return_max_logits:
+      query_valid = tgt_valid[:, None, :, None]  # [B, 1, T, 1]: padding queries left out
+      aux["max_logits"] = {
+          "encoder_self": jnp.stack(encoder_peaks),  # [N_enc]
+          "decoder_self": jnp.stack([common.masked_max(a["scores"], self_mask & query_valid)
+                                     for a in self_aux]),  # [N]
+          "cross": jnp.stack([common.masked_max(s, cross_mask & query_valid)
+                              for s in all_scores]),  # [N]
+      }
     return self.logits(x), aux
 
   # -- incremental decoding --------------------------------------------------

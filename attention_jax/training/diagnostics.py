@@ -10,6 +10,11 @@ For a batch of cross-attention logits and weights these return:
   entropy          mean row entropy divided by log(#valid keys) (1 = uniform,
                    0 = one-hot); rows with a single valid key are left out
   saturated        fraction of valid rows whose largest weight exceeds 0.99
+  max_logit        the largest raw logit at a valid (query, key) pair of the
+                   batch: the number large-model trainers watch for
+                   attention-logit growth (Wortsman et al. 2023; MaxText's
+                   QK-clip); for the Transformer also per layer and kind,
+                   `max_logit_<encoder_self|decoder_self|cross>_l<i>`
   grad_norm        L2 norm of d loss / d logits over the whole batch (filled in
                    by the trainer, which owns the loss)
 """
@@ -33,7 +38,8 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
     query_valid: bool, broadcastable to `scores`; True at real query rows.
 
   Returns:
-    dict of float32 scalars `logit_std`, `entropy`, `saturated`.
+    dict of float32 scalars `logit_std`, `entropy`, `saturated`, `max_logit`
+    (-inf if no pair is valid).
   """
   scores = scores.astype(jnp.float32)
   weights = weights.astype(jnp.float32)
@@ -60,7 +66,15 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
       "logit_std": masked_mean(std, rows),
       "entropy": masked_mean(norm_entropy, multi),
       "saturated": masked_mean(saturated.astype(jnp.float32), rows),
+      "max_logit": jnp.max(jnp.where(valid & rows[..., None], scores, -jnp.inf)),
   }
+
+
+def per_layer_max_logits(max_logits: dict[str, jax.Array]) -> dict[str, jax.Array]:
+  """`{'cross': [N], ...}` (the Transformer's `aux['max_logits']`) ->
+  flat scalars `max_logit_cross_l0`, ... for the metrics log."""
+  return {f"max_logit_{kind}_l{i}": peaks[i]
+          for kind, peaks in max_logits.items() for i in range(peaks.shape[0])}
 
 
 def query_valid_like(scores_ndim: int, target_valid: jax.Array) -> jax.Array:

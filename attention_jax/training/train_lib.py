@@ -204,13 +204,17 @@ class EnsembleTrainer:
   def _build_diag_step(self):
     pad, ls = self.tok.pad_id, self.cfg.label_smoothing
 
+    # The Transformer also reports the largest logit of every layer and kind.
+    per_layer = dict(return_max_logits=True) if self.cfg.model == "transformer" else {}
+
     def member(params, rest, src, tgt_in, tgt_out):
       model_out = lambda off: self._apply(params, rest, src, tgt_in, deterministic=True,
-                                          score_offset=off)
+                                          score_offset=off, **per_layer)
       scores_shape = jax.eval_shape(lambda: model_out(None)[1]["scores"])  # no compute
       if scores_shape is None:  # no attention: nothing to look inside
         nan = jnp.float32(jnp.nan)
-        return {"logit_std": nan, "entropy": nan, "saturated": nan, "grad_norm": nan}
+        return {"logit_std": nan, "entropy": nan, "saturated": nan, "max_logit": nan,
+                "grad_norm": nan}
 
       def loss_of_offset(off):
         logits, aux = model_out(off)
@@ -223,6 +227,8 @@ class EnsembleTrainer:
       stats = diagnostics.softmax_stats(aux["scores"], aux["weights"], aux["key_valid"],
                                         query_valid)
       stats["grad_norm"] = jnp.sqrt(jnp.sum(jnp.square(grad)))
+      if "max_logits" in aux:
+        stats.update(diagnostics.per_layer_max_logits(aux["max_logits"]))
       return stats
 
     return jax.jit(jax.vmap(member, in_axes=(0, 0, None, None, None)))
@@ -490,7 +496,7 @@ def _keep_better(better, new, old):
 
 def _num(x) -> float | None:
   x = float(x)
-  return None if math.isnan(x) else float(f"{x:.6g}")  # 6 significant digits
+  return float(f"{x:.6g}") if math.isfinite(x) else None  # 6 significant digits
 
 
 class MetricsLog:

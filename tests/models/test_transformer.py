@@ -273,3 +273,38 @@ def test_encoder_and_decoder_depths_can_differ():
                          rngs=nnx.Rngs(0)).encoder_layers) == 2  # None: num_layers
   with pytest.raises(ValueError, match="encoder_layers"):
     TransformerConfig(16, encoder_layers=0)
+
+
+def test_max_logits_per_layer_and_kind_match_the_scores_by_hand():
+  config = TransformerConfig(16, num_layers=2, encoder_layers=1, d_model=16, num_heads=2,
+                             d_ff=32, dropout=0.0, max_length=16)
+  model = Transformer(config, rngs=nnx.Rngs(3))
+  pad = config.pad_id
+  src = jnp.asarray([[5, 6, 7, 8, 1], [9, 10, 1, pad, pad]])  # [B, S]
+  tgt = jnp.asarray([[2, 5, 6, 7], [2, 9, pad, pad]])  # [B, T]
+  logits, aux = model(src, tgt, return_max_logits=True)
+  plain_logits, _ = model(src, tgt)
+  np.testing.assert_allclose(logits, plain_logits, rtol=1e-6, atol=1e-6)  # diagnostics only
+  peaks = aux["max_logits"]
+  assert {k: v.shape for k, v in peaks.items()} == {
+      "encoder_self": (1,), "decoder_self": (2,), "cross": (2,)}
+  src_valid, tgt_valid = np.asarray(src != pad), np.asarray(tgt != pad)
+  scores = np.asarray(aux["scores"])  # [N, B, H, T, S]
+  for i in range(2):  # cross: only real (query, key) pairs count
+    want = max(scores[i, b, :, t, s].max() for b in range(2) for t in range(4)
+               for s in range(5) if tgt_valid[b, t] and src_valid[b, s])
+    np.testing.assert_allclose(peaks["cross"][i], want, rtol=1e-6)
+  # encoder self attention of layer 0, from its own scores
+  x = model._embed(src, model.embed)
+  _, enc_aux = model.encoder_layers[0].self_attn(x, return_weights=True)
+  enc = np.asarray(enc_aux["scores"])  # [B, H, S, S]
+  want = max(enc[b, :, q, k].max() for b in range(2) for q in range(5) for k in range(5)
+             if src_valid[b, q] and src_valid[b, k])
+  np.testing.assert_allclose(peaks["encoder_self"][0], want, rtol=1e-6)
+  # decoder self attention of layer 0: causal and real positions only
+  y = model._embed(tgt, model.embed)
+  _, dec_aux = model.decoder_layers[0].self_attn(y, return_weights=True)
+  dec = np.asarray(dec_aux["scores"])  # [B, H, T, T]
+  want = max(dec[b, :, q, k].max() for b in range(2) for q in range(4) for k in range(q + 1)
+             if tgt_valid[b, q] and tgt_valid[b, k])
+  np.testing.assert_allclose(peaks["decoder_self"][0], want, rtol=1e-6)

@@ -40,12 +40,13 @@ def test_matches_numpy_and_ignores_masked_keys_and_queries():
   key_valid = (np.arange(7)[None, :] < lengths[:, None])[:, None, :]
   query_valid = np.array([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], bool)[:, :, None]
   s = _stats(jnp.asarray(scores), jnp.asarray(key_valid), jnp.asarray(query_valid))
-  stds, ents, sats = [], [], []
+  stds, ents, sats, peak = [], [], [], -np.inf
   for b in range(3):
     for t in range(4):
       if not query_valid[b, t, 0]:
         continue
       row = scores[b, t, :lengths[b]].astype(np.float64)
+      peak = max(peak, row.max())
       p = np.exp(row - row.max())
       p /= p.sum()
       stds.append(row.std())
@@ -54,11 +55,23 @@ def test_matches_numpy_and_ignores_masked_keys_and_queries():
   assert float(s["logit_std"]) == pytest.approx(np.mean(stds), rel=1e-4)
   assert float(s["entropy"]) == pytest.approx(np.mean(ents), rel=1e-4)
   assert float(s["saturated"]) == pytest.approx(np.mean(sats))
+  assert float(s["max_logit"]) == pytest.approx(peak, rel=1e-6)
   # Garbage at masked keys and masked queries changes nothing.
   noisy = np.where(key_valid & query_valid, scores, 1e4).astype(np.float32)
   s2 = _stats(jnp.asarray(noisy), jnp.asarray(key_valid), jnp.asarray(query_valid))
   for k in s:
     assert float(s2[k]) == pytest.approx(float(s[k]), rel=1e-5)
+
+
+def test_max_logit_by_hand():
+  # Row maxima 2 (key 1), 9 (key 2, but masked), 5 (query masked): the answer is 2,
+  scores = jnp.asarray([[[1.0, 2.0, 9.0], [0.5, -1.0, 5.0]]])  # [1, 2, 3]
+  key_valid = jnp.asarray([True, True, False])[None, None, :]
+  query_valid = jnp.asarray([True, False])[None, :, None]
+  assert float(_stats(scores, key_valid, query_valid)["max_logit"]) == 2.0
+  # ... and 9 once key 2 is valid; a negative maximum stays negative.
+  assert float(_stats(scores, jnp.ones((1, 1, 3), bool), query_valid)["max_logit"]) == 9.0
+  assert float(_stats(-scores - 3.0, key_valid, query_valid)["max_logit"]) == -4.0
 
 
 def test_query_valid_like_shapes():

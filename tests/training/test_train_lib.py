@@ -176,3 +176,37 @@ def test_a_flag_of_the_other_model_family_is_refused():
     config.check_family("transformer", {"cell": "lstm"})
   with pytest.raises(ValueError, match="`num_heads` applies only to the Transformer"):
     config.check_family("rnn", {"num_heads": 4})
+
+
+@pytest.mark.parametrize("model", ["rnn", "transformer"])
+@pytest.mark.parametrize("arm", ["qk_norm", "inverse_dim"])
+def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, arm):
+  # issue 13: opt-in arms, built by the trainer in either model family
+  extra = dict(hidden_dim=16, num_heads=2) if model == "transformer" else {}
+  cfg = _cfg(model=model, arms=(arm,), **extra)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of(arm, 8), data, (0,))
+  batches = trainer._train_batches(0)
+  losses = [float(trainer.train_step(next(batches), s)[0]) for s in range(3)]
+  assert all(np.isfinite(losses))
+  g = [np.asarray(x) for path, x in jax.tree_util.tree_leaves_with_path(trainer.params)
+       if "'g'" in jax.tree_util.keystr(path) or ".g" in jax.tree_util.keystr(path)]
+  if arm == "qk_norm":  # one learned g per attention layer, near log2(L^2 - L) after 3 steps
+    length = cfg.max_length + 1 if model == "rnn" else trainer.model_config.max_length
+    layers = 1 if model == "rnn" else (cfg.encoder_layers + 2 * cfg.decoder_layers)
+    assert len(g) == layers
+    for value in g:
+      np.testing.assert_allclose(value, np.log2(length ** 2 - length), atol=0.05)
+  else:
+    assert not g
+  stats = trainer.diagnose(next(batches))
+  peak = float(stats["max_logit"][0])
+  if arm == "qk_norm":  # |g · cos| <= g
+    assert 0.0 < peak <= max(float(np.max(np.abs(x))) for x in g) + 1e-4
+  else:
+    assert np.isfinite(peak)
+  if model == "transformer":
+    per_layer = {k for k in stats if k.startswith("max_logit_")}
+    assert per_layer == {"max_logit_encoder_self_l0", "max_logit_decoder_self_l0",
+                         "max_logit_cross_l0"}
+    np.testing.assert_allclose(stats["max_logit_cross_l0"], stats["max_logit"], rtol=1e-6)
