@@ -3,11 +3,16 @@ r"""The additive-vs-multiplicative attention-dimensionality ablation (Britz et a
     python -m experiments.ablation --preset=quick --workdir=runs/quick
     python -m experiments.ablation --preset=gpu --workdir=runs/gpu   # re-run to resume
     python -m experiments.ablation --preset=smoke --arms=additive --dims=8 --workdir=/tmp/s
+    python -m experiments.ablation --preset=quick --dims=1024 --workdir=runs/lr \
+        --arms=additive,multiplicative,scaled_multiplicative,qk_norm \
+        --sweep=learning_rate=3e-4,1e-3,3e-3      # a grid; --sweep again for more axes
 
 Sweeps --arms x --dims; the --seeds of each pair train together as one
 vmapped program. Re-running the same command skips finished pairs and resumes
-an interrupted one from its last checkpoint. See attention_jax/training/sweep.py
-for the workdir layout.
+an interrupted one from its last checkpoint. `--sweep=FIELD=V1,V2,...` (any
+config field, repeatable) makes a grid of such sweeps, one workdir per point
+inside --workdir, with tables and plots of the arms against the first axis.
+See attention_jax/training/sweep.py for the workdir layout.
 """
 
 from absl import app
@@ -18,6 +23,10 @@ from experiments import common
 flags.DEFINE_string("arms", None, "Comma-separated arms (score functions) to compare; "
                     "default from the preset (additive,multiplicative,scaled_multiplicative).")
 flags.DEFINE_string("dims", None, "Comma-separated attention dimensions; default from the preset.")
+flags.DEFINE_multi_string(
+    "sweep", [], "FIELD=V1,V2,...: also sweep this config field (repeat for a grid), "
+    "e.g. --sweep=learning_rate=3e-4,1e-3,3e-3; each grid point is a workdir "
+    "<workdir>/<field>=<value>; tables pivot the arms against the first axis.")
 common.define_flags()
 FLAGS = flags.FLAGS
 
@@ -28,7 +37,7 @@ def main(argv):
     extra["arms"] = common.parse_list("arms", FLAGS.arms)
   if FLAGS.dims is not None:
     extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
-  common.run_sweep(argv, extra)
+  common.run_sweep(argv, extra, FLAGS.sweep)
 
 
 if __name__ == "__main__":

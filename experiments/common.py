@@ -61,16 +61,26 @@ def overrides(extra: dict | None = None) -> dict:
   return out
 
 
-def build_config(extra: dict | None = None) -> config_lib.ExperimentConfig:
-  """Preset + explicit flags; exits with one clear line on a bad value."""
+def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
+  """Preset + explicit flags, and the parsed `--sweep` axes (every grid point
+  checked); exits with one clear line on a bad value, before any work.
+
+  Returns:
+    `(config, axes)`: axes as `config.parse_axis` gives them.
+  """
   try:
     if not FLAGS.workdir:
       raise ValueError("`--workdir` is required.")
     given = overrides(extra)
     cfg = config_lib.from_preset(FLAGS.preset, **given)
     config_lib.check_family(cfg.model, given)
+    axes = tuple(config_lib.parse_axis(text) for text in sweep)
+    for name, _ in axes:
+      if name in given:
+        raise ValueError(f"`{name}` is given both as --{name} and in --sweep; give one.")
+    config_lib.grid(cfg, axes)
     check_output_dir("workdir", FLAGS.workdir)
-    return cfg
+    return cfg, axes
   except (ValueError, TypeError) as e:
     sys.exit(f"error: {e}")
 
@@ -117,18 +127,18 @@ def data_mesh():
   return jax.sharding.Mesh(np.asarray(devices), ("data",))
 
 
-def run_sweep(argv, extra: dict) -> None:
+def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = ()) -> None:
   """Builds the config, starts jax.distributed if asked, runs, prints the table."""
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
-  cfg = build_config(extra)
+  cfg, axes = build_config(extra, sweep)
   from attention_jax.training import sweep  # heavy imports only after the checks
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
 
   maybe_start_distributed()
   try:
-    table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh())
+    table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh(), axes=axes)
   except ValueError as e:
     sys.exit(f"error: {e}")
   except OSError as e:  # a full disk, a folder made read-only mid-run: one line, no traceback

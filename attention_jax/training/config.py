@@ -8,7 +8,9 @@ name, start from a preset, and let explicitly given flags override it.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
+import typing
 from typing import Any
 
 from attention_jax import registry
@@ -185,6 +187,71 @@ def check_family(model: str, given) -> None:
     if field.name in given and family is not None and family != model:
       raise ValueError(f"`{field.name}` applies only to {FAMILIES[family]}, not to "
                        f"--model={model}; leave it out.")
+
+
+# Fields that cannot be a `--sweep` axis: `arms` and `dims` are the sweep's
+# own axes, and the rest do not change a run's numbers (or name its data).
+UNSWEEPABLE = ("arms", "dims", "max_minutes", "log_every", "workers", "data_dir")
+
+
+def parse_axis(text: str) -> tuple[str, tuple]:
+  """`'learning_rate=3e-4,1e-3'` -> `('learning_rate', (0.0003, 0.001))`, each
+  value cast to the field's type; a ValueError naming the field otherwise."""
+  name, sep, listed = text.partition("=")
+  name = name.strip()
+  fields = {f.name for f in dataclasses.fields(ExperimentConfig)}
+  if not sep or not name:
+    raise ValueError(f"`--sweep` takes FIELD=V1,V2,...; got {text!r}.")
+  if name not in fields:
+    raise ValueError(f"`--sweep` names {name!r}, which is not a config field; fields: "
+                     f"{', '.join(sorted(fields - set(UNSWEEPABLE)))}.")
+  if name in UNSWEEPABLE:
+    raise ValueError(f"`--sweep` cannot vary `{name}`"
+                     + (f"; use --{name}." if name in ("arms", "dims") else
+                        ": it does not change a run's numbers."))
+  kind = typing.get_type_hints(ExperimentConfig)[name]
+  values = []
+  for item in (v.strip() for v in listed.split(",")):
+    if not item:
+      continue
+    try:
+      values.append(kind(item))
+    except ValueError:
+      raise ValueError(f"`--sweep` {name}: {item!r} is not a {kind.__name__}.") from None
+    if "/" in item or "=" in item:
+      raise ValueError(f"`--sweep` {name}: {item!r} cannot name a folder.")
+  if not values:
+    raise ValueError(f"`--sweep` {name} has no values.")
+  if len(set(values)) != len(values):
+    raise ValueError(f"`--sweep` {name} repeats a value: {listed!r}.")
+  return name, tuple(values)
+
+
+@dataclasses.dataclass(frozen=True)
+class GridPoint:
+  """One point of a `--sweep` grid: the swept values and the config they give."""
+  values: dict[str, Any]
+  config: ExperimentConfig
+
+  @property
+  def name(self) -> str:
+    """Its folder under the workdir, e.g. 'learning_rate=0.0003,batch_size=32'."""
+    return ",".join(f"{k}={v!r}" if isinstance(v, float) else f"{k}={v}"
+                    for k, v in self.values.items())
+
+
+def grid(cfg: ExperimentConfig, axes: tuple[tuple[str, tuple], ...]) -> tuple[GridPoint, ...]:
+  """Every combination of the `axes` (`parse_axis` results; the first varies
+  slowest), each checked by building its config: a ValueError names the field."""
+  names = [name for name, _ in axes]
+  if len(set(names)) != len(names):
+    raise ValueError(f"`--sweep` names a field twice: {names}.")
+  check_family(cfg.model, names)
+  points = []
+  for combo in itertools.product(*(values for _, values in axes)):
+    values = dict(zip(names, combo))
+    points.append(GridPoint(values, cfg.replace(**values)))
+  return tuple(points)
 
 
 def _choices(name, value, allowed, many=False):

@@ -24,10 +24,13 @@ def _fmt_params(n: int) -> str:
   return f"{n / 1e6:.3f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
 
 
-def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],
+def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence,
                 metric: str = "test_bleu", best: Callable = max,
-                params: bool = True) -> str:
+                params: bool = True, row_label: str = "dim") -> str:
   """Markdown table: a row per dim, a column per arm, `mean ± std (best)` over seeds.
+
+  A `--sweep` grid pivots with it too: rows keyed by the swept value in
+  their `dim` entry, `dims` the swept values and `row_label` the axis.
 
   The std is the sample standard deviation (ddof=1) as in Britz et al.; with a
   single seed it is shown as 0. `best` picks the bracketed value (max for
@@ -45,7 +48,7 @@ def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence[int],
       cells[(r["arm"], r["dim"])].append(r[metric])
     counts[r["dim"]].add((r["arm"], r["params"]))
   tail = " params |" if params else ""
-  lines = ["| dim | " + " | ".join(arms) + " |" + tail,
+  lines = [f"| {row_label} | " + " | ".join(arms) + " |" + tail,
            "|---|" + "---|" * len(arms) + ("---|" if params else "")]
   for d in dims:
     row = []
@@ -71,12 +74,13 @@ def _fmt_p(p: float) -> str:
   return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
 
 
-def significance_table(tests: dict[tuple[str, int], dict], arms: Sequence[str],
-                       dims: Sequence[int], baseline: str) -> str:
-  """Markdown table of `Δ BLEU (p)` per dim and non-baseline arm, from
-  `significance.compare_runs` results keyed by (arm, dim)."""
+def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
+                       dims: Sequence, baseline: str, row_label: str = "dim") -> str:
+  """Markdown table of `Δ BLEU (p)` per dim (or swept value, `row_label`)
+  and non-baseline arm, from `significance.compare_runs` results keyed by
+  (arm, dim)."""
   others = [a for a in arms if a != baseline]
-  lines = ["| dim | " + " | ".join(f"{a} − {baseline}" for a in others) + " |",
+  lines = [f"| {row_label} | " + " | ".join(f"{a} − {baseline}" for a in others) + " |",
            "|---|" + "---|" * len(others)]
   for d in dims:
     row = []
@@ -125,6 +129,66 @@ def plot_ablation(rows: Sequence[dict], arms: Sequence[str], path: str) -> None:
   save_figure(fig, path)
 
 
+def log_axis(axis: str, values: Sequence) -> bool:
+  """Whether a swept axis is drawn on a log scale: the learning rate always,
+  any other positive numeric axis spanning a factor of 10 or more."""
+  if axis == "learning_rate":
+    return True
+  numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+  return (len(numbers) == len(values) > 1 and min(numbers) > 0
+          and max(numbers) / min(numbers) >= 10)
+
+
+def plot_sweep(rows: Sequence[dict], arms: Sequence[str], axis: str, path: str) -> None:
+  """Test BLEU and validation perplexity against the swept `axis`, one line
+  per (arm, dim) (colour = arm, style = dim), error bars = std over seeds;
+  rows of further axes are pooled per value of `axis`."""
+  colours = dict(zip(arms, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+  dims = sorted({r["dim"] for r in rows})
+  styles = dict(zip(dims, ["o-", "s--", "^:", "d-."] * 4))
+  fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+  values = sorted({r[axis] for r in rows})
+  for ax, metric, label in ((axes[0], "test_bleu", "test BLEU"),
+                            (axes[1], "val_ppl", "validation perplexity")):
+    for arm in arms:
+      for dim in dims:
+        by_value = collections.defaultdict(list)
+        for r in rows:
+          if r["arm"] == arm and r["dim"] == dim and r.get(metric) is not None:
+            by_value[r[axis]].append(r[metric])
+        if not by_value:
+          continue
+        xs = sorted(by_value)
+        ax.errorbar(xs, [np.mean(by_value[x]) for x in xs],
+                    yerr=[np.std(by_value[x], ddof=1) if len(by_value[x]) > 1 else 0.0
+                          for x in xs],
+                    fmt=styles[dim], capsize=4, color=colours.get(arm), label=f"{arm} a={dim}")
+    if log_axis(axis, values):
+      ax.set_xscale("log")
+    ax.set_xlabel(axis)
+    ax.set_ylabel(label)
+    ax.grid(alpha=0.3)
+  axes[1].set_yscale("log")
+  axes[0].legend(fontsize=7)
+  save_figure(fig, path)
+
+
+def plot_history_panels(histories: dict[str, dict], arms: Sequence[str], key: str,
+                        label: str, path: str) -> None:
+  """One panel per grid point (`histories[point][(arm, dim)]` = metrics-log
+  rows) of `key` over training, shared log y axis (symmetric log: a maximum
+  logit can be negative)."""
+  names = list(histories)
+  fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), sharey=True,
+                           squeeze=False)
+  for ax, name in zip(axes[0], names):
+    _history_lines(histories[name], arms, [ax], [key])
+    ax.set_title(name, fontsize=9)
+    ax.set_yscale("symlog", linthresh=1.0)
+  axes[0][0].set_ylabel(label)
+  save_figure(fig, path)
+
+
 def _history_lines(histories, arms, axes, keys):
   """One line per (arm, dim) and key of `histories` (metrics-log rows), seeds
   averaged; colour = arm, style = dim. A history keyed by a plain label
@@ -152,12 +216,15 @@ def _history_lines(histories, arms, axes, keys):
 
 
 def _plot_histories(histories, arms, path, panels) -> None:
-  """Two panels of `_history_lines`; `panels` = ((key, ylabel, log y), ...)."""
-  fig, axes = plt.subplots(1, len(panels), figsize=(11, 4))
+  """Panels of `_history_lines`; `panels` = ((key, ylabel, log y: True,
+  False or 'symlog'), ...)."""
+  fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4))
   _history_lines(histories, arms, axes, [key for key, _, _ in panels])
   for ax, (_, label, log_y) in zip(axes, panels):
     ax.set_ylabel(label)
-    if log_y:
+    if log_y == "symlog":  # may be negative
+      ax.set_yscale("symlog", linthresh=1.0)
+    elif log_y:
       ax.set_yscale("log")
   save_figure(fig, path)
 
@@ -172,13 +239,15 @@ def plot_validation(histories: dict[tuple[str, int], list[dict]], arms: Sequence
 
 def plot_diagnostics(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
                      path: str) -> None:
-  """Logit std and normalised entropy over training, per arm (colour) and dim (style).
+  """Logit std, normalised entropy and the largest logit over training, per
+  arm (colour) and dim (style).
 
   `histories` maps (arm, dim) to metrics-log rows; seeds are averaged.
   """
   _plot_histories(histories, arms, path,
                   (("logit_std", "attention-logit std over valid keys", True),
-                   ("entropy", "entropy / log(#valid keys)", False)))
+                   ("entropy", "entropy / log(#valid keys)", False),
+                   ("max_logit", "largest attention logit", "symlog")))
 
 
 def plot_attention(attention: dict, title: str, path: str) -> None:

@@ -1,4 +1,5 @@
-"""The attention-dimensionality ablation: arms x dims, seeds vmapped.
+"""The attention-dimensionality ablation: arms x dims, seeds vmapped, and
+optionally a grid over further config fields (`--sweep`).
 
 Workdir layout (everything written atomically; a re-run resumes):
 
@@ -12,10 +13,20 @@ Workdir layout (everything written atomically; a re-run resumes):
   .lock                             PID, host and start of the driver using the workdir
   results.jsonl, table.md, ablation.png, validation.png, diagnostics.png,
   attention_<arm>_<dim>.png
+
+With `axes` (e.g. `--sweep=learning_rate=3e-4,1e-3`) every grid point is a
+workdir of the layout above in `<workdir>/<field>=<value>[,<field>=<value>]/`
+(`config.GridPoint.name`), resumed and skipped per point, and the workdir
+itself holds the pivoted reports of the whole grid:
+
+  .lock, results.jsonl (every row with its swept values), table.md (arms
+  against the first axis, one table per dim and value of any further axis),
+  sweep_<axis>.png, max_logit.png
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -162,58 +173,176 @@ def write_reports(workdir: str, cfg: ExperimentConfig) -> str:
   return text
 
 
+def _final_max_logit(row: dict) -> dict:
+  """The row with its end-of-training max attention logit at the top level."""
+  return {**row, "max_logit": (row.get("diagnostics") or {}).get("max_logit")}
+
+
+def write_grid_reports(workdir: str, cfg: ExperimentConfig,
+                       points: tuple[config_lib.GridPoint, ...]) -> str:
+  """The reports of a `--sweep` grid from the finished runs of every point:
+  results.jsonl (each row with the point's swept values), table.md (arms
+  against the first axis), sweep_<axis>.png and max_logit.png."""
+  axis = next(iter(points[0].values))
+  axis_values = tuple(dict.fromkeys(p.values[axis] for p in points))
+  rows, tests, histories = [], {}, {}
+  for p in points:
+    folder = point_dir(workdir, p)
+    point_rows = [_final_max_logit({**r, **p.values}) for r in finished_rows(folder, p.config)]
+    rows.extend(point_rows)
+    if point_rows:
+      for (arm, dim), result in significance(folder, p.config).items():
+        tests[(p.name, arm, dim)] = result
+    for arm in cfg.arms:
+      for dim in cfg.dims:
+        log = train_lib.MetricsLog(os.path.join(group_dir(folder, arm, dim), "metrics.jsonl"),
+                                   write=False).read()
+        if log:
+          histories.setdefault(p.name, {})[(arm, dim)] = log
+  reporting.write_jsonl(os.path.join(workdir, "results.jsonl"), rows)
+
+  # One table per dim and value of every further axis: arms against `axis`.
+  others = [p.values for p in points if p.values[axis] == axis_values[0]]
+  base = baseline_arm(cfg)
+  test_set = f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
+  sections = [
+      ("test_bleu", max, f"Test BLEU (sacrebleu, beam {cfg.beam_size}, {test_set}), "
+                         "mean ± std (max) over seeds"),
+      ("val_ppl", min, "Validation perplexity (teacher-forced, per target token, whole "
+                       "validation split; parameters of the best validation BLEU), "
+                       "mean ± std (min) over seeds"),
+      ("max_logit", max, "Largest attention logit at the end of training (validation "
+                         "batch; raw score before the softmax), mean ± std (max) over seeds"),
+  ]
+  parts = [f"Grid over `{axis}` = {', '.join(map(str, axis_values))}; "
+           f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, {cfg.seeds} seeds "
+           "(every other setting as in each point's config.json).\n"]
+  for metric, best, caption in sections:
+    parts.append(f"## {caption}\n")
+    for other in others:
+      fixed = {k: v for k, v in other.items() if k != axis}
+      for dim in cfg.dims:
+        subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
+                  and all(r.get(k) == v for k, v in fixed.items())]
+        where = ", ".join([f"a = {dim}"] + [f"{k} = {v}" for k, v in fixed.items()])
+        parts.append(f"{where}:\n\n" + reporting.britz_table(
+            subset, cfg.arms, axis_values, metric=metric, best=best, params=False,
+            row_label=axis))
+  if tests:
+    parts.append(f"## Test BLEU difference to {base} at the same dimension and {axis}, mean "
+                 "over seed pairs, with the largest p over the pairs (paired approximate "
+                 f"randomisation over test sentences, {significance_lib.TRIALS:,} trials)\n")
+    for other in others:
+      fixed = {k: v for k, v in other.items() if k != axis}
+      for dim in cfg.dims:
+        keyed = {}
+        for p in points:
+          if all(p.values[k] == v for k, v in fixed.items()):
+            for arm in cfg.arms:
+              if (p.name, arm, dim) in tests:
+                keyed[(arm, p.values[axis])] = tests[(p.name, arm, dim)]
+        where = ", ".join([f"a = {dim}"] + [f"{k} = {v}" for k, v in fixed.items()])
+        parts.append(f"{where}:\n\n" + reporting.significance_table(
+            keyed, cfg.arms, axis_values, base, row_label=axis))
+  text = "\n".join(parts)
+  checkpoints.atomic_write(os.path.join(workdir, "table.md"), text)
+  if rows:
+    reporting.plot_sweep(rows, cfg.arms, axis, os.path.join(workdir, f"sweep_{axis}.png"))
+  if histories:
+    reporting.plot_history_panels(histories, cfg.arms, "max_logit",
+                                  "largest attention logit", os.path.join(workdir, "max_logit.png"))
+  return text
+
+
 def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
         log: Callable[[str], None] = print,
-        data=None) -> str | None:
+        data=None, axes: tuple[tuple[str, tuple], ...] = ()) -> str | None:
   """Runs (or resumes) the whole sweep; returns the table, or None if stopped early.
 
-  With `cfg.workers > 1` the unfinished (arm, dim) pairs are trained that many
-  at a time, each in its own single-threaded process (largest dimension
-  first, so the longest runs start first); otherwise one after another here.
+  `axes` (`config.parse_axis` results) make it a grid: one workdir per point
+  under `workdir` (module docstring). With `cfg.workers > 1` the unfinished
+  (point, arm, dim) runs are trained that many at a time, each in its own
+  single-threaded process (largest dimension first, so the longest runs
+  start first); otherwise one after another here.
   """
+  points = config_lib.grid(cfg, axes) if axes else None
   os.makedirs(workdir, exist_ok=True)
-  if not multihost.is_primary():  # the primary holds the lock and writes every file
-    _run_locked(cfg, workdir, mesh=mesh, log=log, data=data)
+  if not multihost.is_primary():  # the primary holds the locks and writes every file
+    _run_locked(cfg, workdir, points, mesh=mesh, log=log, data=data)
     log(f"process {jax.process_index()} of {jax.process_count()}: done; process 0 "
         "writes the results")
     return None
-  with workdir_lock.WorkdirLock(workdir, log=log):  # one driver per workdir
-    return _run_locked(cfg, workdir, mesh=mesh, log=log, data=data)
+  with contextlib.ExitStack() as locks:  # one driver per workdir, and per grid point
+    for folder in [workdir] + [point_dir(workdir, p) for p in points or ()]:
+      locks.enter_context(workdir_lock.WorkdirLock(folder, log=log))
+    return _run_locked(cfg, workdir, points, mesh=mesh, log=log, data=data)
 
 
-def _run_locked(cfg, workdir, *, mesh, log, data) -> str | None:
+def point_dir(workdir: str, point: config_lib.GridPoint) -> str:
+  return os.path.join(workdir, point.name)
+
+
+def _targets(cfg, workdir, points):
+  """(config, workdir) of every grid point; the sweep itself without a grid."""
+  if points is None:
+    return [(cfg, workdir)]
+  return [(p.config, point_dir(workdir, p)) for p in points]
+
+
+def _data_key(cfg: ExperimentConfig):
+  return (cfg.dataset, cfg.data_dir, cfg.vocab_size, cfg.max_length)
+
+
+def _run_locked(cfg, workdir, points, *, mesh, log, data) -> str | None:
   primary = multihost.is_primary()
   for path in checkpoints.remove_stale_temporaries(workdir) if primary else ():
     log(f"removed {path}, left by an interrupted write")
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
+  targets = _targets(cfg, workdir, points)
   pending = []
-  for arm in cfg.sweep():
-    run_dir = group_dir(workdir, arm.name, arm.attention_dim)
-    os.makedirs(run_dir, exist_ok=True)
-    _check(run_dir, fingerprint(cfg, arm.name, arm.attention_dim))
-    if os.path.exists(os.path.join(run_dir, "result.json")):
-      log(f"[{arm.label}] finished earlier; skipped")
-    else:
-      pending.append(arm)
+  for point_cfg, folder in targets:
+    for arm in point_cfg.sweep():
+      run_dir = group_dir(folder, arm.name, arm.attention_dim)
+      os.makedirs(run_dir, exist_ok=True)
+      _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim))
+      label = arm.label if points is None else f"{os.path.basename(folder)} {arm.label}"
+      if os.path.exists(os.path.join(run_dir, "result.json")):
+        log(f"[{label}] finished earlier; skipped")
+      else:
+        pending.append((point_cfg, folder, arm))
+
+  def report(point_cfg, folder):
+    write_reports(folder, point_cfg)
+    if points is not None:
+      return write_grid_reports(workdir, cfg, points)
+    return None
+
   if cfg.workers > 1 and len(pending) > 1:
     if mesh is not None:
       raise ValueError(f"`workers` = {cfg.workers} trains pairs in separate single-device "
                        "processes; it cannot be combined with several devices.")
-    pending.sort(key=lambda arm: -arm.attention_dim)
-    finished = _run_in_workers(cfg, workdir, pending, deadline)
+    pending.sort(key=lambda job: -job[2].attention_dim)
+    finished = _run_in_workers(cfg.workers, pending, deadline, report)
   else:
-    data = data if data is not None else load_data(cfg)
+    loaded = {} if data is None else {_data_key(cfg): data}
     finished = True
-    for arm in pending:
-      if not train_group(cfg, workdir, arm, data, mesh=mesh, log=log, deadline=deadline):
+    for point_cfg, folder, arm in pending:
+      key = _data_key(point_cfg)
+      if key not in loaded:
+        loaded[key] = load_data(point_cfg)
+      if not train_group(point_cfg, folder, arm, loaded[key], mesh=mesh, log=log,
+                         deadline=deadline):
         finished = False
         break
       if primary:
-        write_reports(workdir, cfg)
+        report(point_cfg, folder)
   if not finished:
     log("time budget reached; re-run the same command to continue")
     return None
-  return write_reports(workdir, cfg) if primary else None
+  if not primary:
+    return None
+  tables = [write_reports(folder, point_cfg) for point_cfg, folder in targets]
+  return tables[0] if points is None else write_grid_reports(workdir, cfg, points)
 
 
 def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, *,
@@ -268,23 +397,26 @@ _WORKER_DATA = {}
 
 def _worker_task(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm,
                  deadline: float | None) -> bool:
-  if "data" not in _WORKER_DATA:
-    _WORKER_DATA["data"] = load_data(cfg)
+  key = _data_key(cfg)
+  if key not in _WORKER_DATA:
+    _WORKER_DATA.clear()  # one dataset at a time in a worker
+    _WORKER_DATA[key] = load_data(cfg)
   log = lambda line: print(line, flush=True)
-  return train_group(cfg, workdir, arm, _WORKER_DATA["data"], log=log, deadline=deadline)
+  return train_group(cfg, workdir, arm, _WORKER_DATA[key], log=log, deadline=deadline)
 
 
-def _run_in_workers(cfg: ExperimentConfig, workdir: str, pending: list[config_lib.Arm],
-                    deadline: float | None) -> bool:
+def _run_in_workers(workers: int, pending: list, deadline: float | None, report) -> bool:
+  """Trains the `(config, workdir, arm)` jobs of `pending` in `workers`
+  processes; `report(config, workdir)` after each finishes."""
   import multiprocessing  # pylint: disable=g-import-not-at-top
   ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
   finished = True
-  with ctx.Pool(min(cfg.workers, len(pending)), initializer=_worker_init,
+  with ctx.Pool(min(workers, len(pending)), initializer=_worker_init,
                 initargs=(os.getpid(),)) as pool:
-    tasks = [pool.apply_async(_worker_task, (cfg, workdir, arm, deadline)) for arm in pending]
-    for task in tasks:
+    tasks = [(job, pool.apply_async(_worker_task, (*job, deadline))) for job in pending]
+    for (point_cfg, folder, _), task in tasks:
       finished = task.get() and finished
-      write_reports(workdir, cfg)
+      report(point_cfg, folder)
   return finished
 
 

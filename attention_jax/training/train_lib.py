@@ -32,6 +32,7 @@ from attention_jax import models
 from attention_jax import registry
 from attention_jax.data import batching
 from attention_jax.data import input_pipeline
+from attention_jax.training import board as board_lib
 from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
 from attention_jax.training import multihost
@@ -84,19 +85,23 @@ def transformer_positions(data) -> int:
   return max(source, decoding.output_length(None, source))
 
 
-def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
-  """Adam with warm-up, optional cosine decay, and global-norm clipping."""
+def learning_rate_schedule(cfg: ExperimentConfig) -> optax.Schedule:
+  """Linear warm-up, then constant or cosine decay to 10% at the end."""
   if cfg.schedule == "cosine":
-    schedule = optax.warmup_cosine_decay_schedule(
+    return optax.warmup_cosine_decay_schedule(
         init_value=0.0, peak_value=cfg.learning_rate, warmup_steps=cfg.warmup_steps,
         decay_steps=max(cfg.steps, cfg.warmup_steps + 1), end_value=0.1 * cfg.learning_rate)
-  elif cfg.warmup_steps:
-    schedule = optax.join_schedules(
+  if cfg.warmup_steps:
+    return optax.join_schedules(
         [optax.linear_schedule(0.0, cfg.learning_rate, cfg.warmup_steps),
          optax.constant_schedule(cfg.learning_rate)], [cfg.warmup_steps])
-  else:
-    schedule = optax.constant_schedule(cfg.learning_rate)
-  return optax.chain(optax.clip_by_global_norm(cfg.clip_norm), optax.adam(schedule))
+  return optax.constant_schedule(cfg.learning_rate)
+
+
+def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
+  """Adam on `learning_rate_schedule`, with global-norm clipping."""
+  return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
+                     optax.adam(learning_rate_schedule(cfg)))
 
 
 # ----------------------------------------------------------------------------
@@ -369,9 +374,19 @@ class EnsembleTrainer:
       self.best_step = np.asarray(meta["best_step"], np.int64)
       self.diverged_at = np.asarray(meta.get("diverged_at", self.diverged_at), np.int64)
       log(f"[{self.arm.label}] resumed at step {meta['step']}")
+    board = board_lib.Board(run_dir, self.seeds, start_step=meta["step"],
+                            enabled=multihost.is_primary(), log=log)
     metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log,
-                         write=multihost.is_primary())
+                         write=multihost.is_primary(), board=board)
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
+    try:
+      return self._run(run_dir, ckpt, meta, metrics, board, log, deadline)
+    finally:
+      board.close()
+
+  def _run(self, run_dir, ckpt, meta, metrics, board, log, deadline) -> GroupResult | None:
+    cfg = self.cfg
+    learning_rate = learning_rate_schedule(cfg)
 
     diag_batch = next(self.data.batches("validation", cfg.batch_size, shuffle=False,
                                         repeat=False))
@@ -396,6 +411,8 @@ class EnsembleTrainer:
       if step % cfg.log_every == 0 or step == cfg.steps:
         # tokens/s over training steps only; the ETA from wall time (with evaluation).
         rate = window_tokens / max(window_seconds, 1e-9)
+        board.every_seed(step, {"learning_rate": float(learning_rate(step)),
+                                "tokens_per_second": rate})
         eta = (cfg.steps - step) * (time.time() - window_start) / max(cfg.log_every, 1)
         log(f"[{self.arm.label}] step {step}/{cfg.steps} loss "
             f"{' '.join(f'{x:.3f}' for x in loss)} | {rate:,.0f} target tok/s | "
@@ -425,6 +442,7 @@ class EnsembleTrainer:
             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
             f"{' '.join(f'{p:.2f}' for p in ppl)}")
       if step % cfg.checkpoint_every == 0 or step == cfg.steps:
+        board.flush()  # on disk before the checkpoint: a resume purges only what follows
         ckpt.save(step, self.arrays(), {"step": step, "train_seconds": train_seconds,
                                         "best_bleu": self.best_bleu.tolist(),
                                         "best_step": self.best_step.tolist(),
@@ -457,6 +475,8 @@ class EnsembleTrainer:
           "diverged_at_step": int(self.diverged_at[e]) or None,
           "diagnostics": {k: _num(v[e]) for k, v in final.items()},
       })
+    for e, seed in enumerate(self.seeds):
+      board.row({"step": step, "seed": seed, "test_bleu": test_scores[e]})
     attention = self.alignment(self.best_params, "test")
     return GroupResult(rows=rows, attention=attention,
                        translations={"references": test_refs, "hypotheses": test_hyps})
@@ -508,10 +528,12 @@ class MetricsLog:
   warning line, instead of silently restarting from the next line.
   """
 
-  def __init__(self, path: str, log: Callable[[str], None] = print, write: bool = True):
+  def __init__(self, path: str, log: Callable[[str], None] = print, write: bool = True,
+               board: "board_lib.Board | None" = None):
     self.path = path
     self.log = log
     self.write = write  # False: every call but `read` does nothing (not the primary process)
+    self.board = board  # also sends every appended row to TensorBoard
     self._lines: list[str] | None = None  # None: a read-only view
     self._size = 0
 
@@ -541,6 +563,8 @@ class MetricsLog:
   def append(self, row: dict) -> None:
     if not self.write:
       return
+    if self.board is not None:
+      self.board.row(row)
     line = json.dumps(row) + "\n"
     if self._lines is None:  # not opened for writing by truncate_after
       with open(self.path, "a") as f:
