@@ -27,6 +27,8 @@ flags.DEFINE_multi_string(
     "sweep", [], "FIELD=V1,V2,...: also sweep this config field (repeat for a grid), "
     "e.g. --sweep=learning_rate=3e-4,1e-3,3e-3; each grid point is a workdir "
     "<workdir>/<field>=<value>; tables pivot the arms against the first axis.")
+flags.DEFINE_bool("report_only", False, "Rewrite the tables and plots of --workdir from its "
+                  "finished runs; train nothing.")
 common.define_flags()
 FLAGS = flags.FLAGS
 
@@ -37,7 +39,7 @@ def main(argv):
     extra["arms"] = common.parse_list("arms", FLAGS.arms)
   if FLAGS.dims is not None:
     extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
-  common.run_sweep(argv, extra, FLAGS.sweep)
+  common.run_sweep(argv, extra, FLAGS.sweep, report_only=FLAGS.report_only)
 
 
 if __name__ == "__main__":

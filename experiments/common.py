@@ -127,8 +127,9 @@ def data_mesh():
   return jax.sharding.Mesh(np.asarray(devices), ("data",))
 
 
-def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = ()) -> None:
-  """Builds the config, starts jax.distributed if asked, runs, prints the table."""
+def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool = False) -> None:
+  """Builds the config, starts jax.distributed if asked, runs (or with
+  `report_only` only rewrites the reports), prints the table."""
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg, axes = build_config(extra, sweep)
@@ -136,8 +137,11 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = ()) -> None:
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
 
-  maybe_start_distributed()
   try:
+    if report_only:
+      print(sweep.report_only(cfg, FLAGS.workdir, axes))
+      return
+    maybe_start_distributed()
     table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh(), axes=axes)
   except ValueError as e:
     sys.exit(f"error: {e}")

@@ -278,6 +278,28 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
     return _run_locked(cfg, workdir, points, mesh=mesh, log=log, data=data)
 
 
+def report_only(cfg: ExperimentConfig, workdir: str,
+                axes: tuple[tuple[str, tuple], ...] = ()) -> str:
+  """Rewrites every report of `workdir` from its finished runs and trains
+  nothing (a partial grid's table shows '–' where a run is missing)."""
+  if not os.path.isdir(workdir):
+    raise ValueError(f"`--workdir` {workdir} does not exist: nothing to report.")
+  points = config_lib.grid(cfg, axes) if axes else None
+  with contextlib.ExitStack() as locks:
+    for folder in [workdir] + [point_dir(workdir, p) for p in points or ()]:
+      if os.path.isdir(folder):
+        locks.enter_context(workdir_lock.WorkdirLock(folder))
+    for point_cfg, folder in _targets(cfg, workdir, points):  # the settings must match
+      for arm in point_cfg.sweep():
+        run_dir = group_dir(folder, arm.name, arm.attention_dim)
+        _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim), write=False)
+    tables = [write_reports(folder, point_cfg)
+              for point_cfg, folder in _targets(cfg, workdir, points) if os.path.isdir(folder)]
+    if points is not None:
+      return write_grid_reports(workdir, cfg, points)
+    return tables[0]
+
+
 def point_dir(workdir: str, point: config_lib.GridPoint) -> str:
   return os.path.join(workdir, point.name)
 
@@ -420,7 +442,9 @@ def _run_in_workers(workers: int, pending: list, deadline: float | None, report)
   return finished
 
 
-def _check(run_dir: str, fp: dict) -> None:
+def _check(run_dir: str, fp: dict, write: bool = True) -> None:
+  """Refuses a run folder made with other settings; records them in a new one
+  (unless `write` is False)."""
   path = os.path.join(run_dir, "config.json")
   if os.path.exists(path):
     with open(path) as f:
@@ -430,5 +454,5 @@ def _check(run_dir: str, fp: dict) -> None:
       shown = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
       raise ValueError(f"{run_dir} holds a run with other settings ({shown}); "
                        "use another --workdir or delete that folder.")
-  elif multihost.is_primary():
+  elif write and multihost.is_primary():
     checkpoints.atomic_write(path, json.dumps(fp, indent=1, sort_keys=True))

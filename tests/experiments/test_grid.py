@@ -140,3 +140,11 @@ def test_a_grid_resumes_and_skips_per_point_and_pivots_its_tables(tmp_path):
       (r["step"], round(r["loss"], 3)) for r in metrics if "loss" in r]
   assert [e.step for e in events.Scalars("attention/max_logit")] == [
       r["step"] for r in metrics if "max_logit" in r]
+  # --report_only rewrites the same reports without training; other settings are refused.
+  os.remove(os.path.join(grid, "table.md"))
+  report = _driver(*SMOKE, sweep, f"--workdir={grid}", "--report_only")
+  assert report.returncode == 0, report.stderr[-3000:]
+  assert open(os.path.join(grid, "table.md")).read() == table
+  assert "resumed" not in report.stdout and "parameters, seeds" not in report.stdout
+  other = _driver(*SMOKE, sweep, f"--workdir={grid}", "--report_only", "--seeds=2")
+  assert other.returncode != 0 and "seeds: 1 there vs 2 now" in other.stderr
