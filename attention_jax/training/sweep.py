@@ -205,8 +205,10 @@ def write_grid_reports(workdir: str, cfg: ExperimentConfig,
   others = [p.values for p in points if p.values[axis] == axis_values[0]]
   base = baseline_arm(cfg)
   test_set = f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
+  beam = "swept" if {"beam_size", "test_examples"} & set(points[0].values) else (
+      f"beam {cfg.beam_size}, {test_set}")
   sections = [
-      ("test_bleu", max, f"Test BLEU (sacrebleu, beam {cfg.beam_size}, {test_set}), "
+      ("test_bleu", max, f"Test BLEU (sacrebleu, {beam}), "
                          "mean ± std (max) over seeds"),
       ("val_ppl", min, "Validation perplexity (teacher-forced, per target token, whole "
                        "validation split; parameters of the best validation BLEU), "
@@ -214,9 +216,12 @@ def write_grid_reports(workdir: str, cfg: ExperimentConfig,
       ("max_logit", max, "Largest attention logit at the end of training (validation "
                          "batch; raw score before the softmax), mean ± std (max) over seeds"),
   ]
-  parts = [f"Grid over `{axis}` = {', '.join(map(str, axis_values))}; "
-           f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, {cfg.seeds} seeds "
-           "(every other setting as in each point's config.json).\n"]
+  swept = set(points[0].values)
+  fixed_settings = ", ".join(f"{k}={getattr(cfg, k)}" for k in ("model", "dataset", "steps",
+                                                                "seeds") if k not in swept)
+  parts = [f"Grid over {', '.join(f'`{k}`' for k in points[0].values)}; tables by "
+           f"`{axis}` = {', '.join(map(str, axis_values))}; {fixed_settings} (every other "
+           "setting as in each point's config.json).\n"]
   for metric, best, caption in sections:
     parts.append(f"## {caption}\n")
     for other in others:
