@@ -14,6 +14,7 @@ from typing import Callable, Iterable, Sequence
 import matplotlib
 
 matplotlib.use("Agg")  # files only; never a display
+import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
@@ -165,6 +166,9 @@ def plot_sweep(rows: Sequence[dict], arms: Sequence[str], axis: str, path: str) 
                     fmt=styles[dim], capsize=4, color=colours.get(arm), label=f"{arm} a={dim}")
     if log_axis(axis, values):
       ax.set_xscale("log")
+      ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    if all(isinstance(v, (int, float)) for v in values):
+      ax.set_xticks(values, [f"{v:g}" for v in values])  # the swept values, nothing else
     ax.set_xlabel(axis)
     ax.set_ylabel(label)
     ax.grid(alpha=0.3)
