@@ -31,10 +31,10 @@ run() {
   # Session of 2026-11-23, code of commit d85915b (qk_norm and max_logit, before
   # --sweep and TensorBoard existed; the later commits change no number):
   piece 0.0003 additive,multiplicative 1024    # 11:00-11:57
-  piece 0.003 multiplicative,qk_norm 1024      # 11:57-; multiplicative re-runs quick_cpu's cell
+  piece 0.003 multiplicative,qk_norm 1024      # 11:57-12:47; multiplicative re-runs quick_cpu's cell
   # one pair alone, started on the core piece 2 had freed; single-threaded like a worker:
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
-    piece 0.0003 multiplicative 128              # 12:39- (the small-dimension control)
+    piece 0.0003 multiplicative 128              # 12:39-13:07 (the small-dimension control)
 }
 
 collect() {  # the finished runs without checkpoints, then the grid's reports (no training)
