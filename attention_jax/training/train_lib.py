@@ -380,11 +380,12 @@ class EnsembleTrainer:
                          write=multihost.is_primary(), board=board)
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
     try:
-      return self._run(run_dir, ckpt, meta, metrics, board, log, deadline)
+      return self._run(ckpt, meta, metrics, board, log, deadline)
     finally:
       board.close()
 
-  def _run(self, run_dir, ckpt, meta, metrics, board, log, deadline) -> GroupResult | None:
+  def _run(self, ckpt, meta, metrics, board, log, deadline) -> GroupResult | None:
+    """The training loop and final evaluation of `run`."""
     cfg = self.cfg
     learning_rate = learning_rate_schedule(cfg)
 
