@@ -35,7 +35,7 @@ run() {
   # one pair alone, started on the core piece 2 had freed; single-threaded like a worker:
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     piece 0.0003 multiplicative 128              # 12:39-13:07 (the small-dimension control)
-  piece 0.001 additive,multiplicative 128      # 13:10-
+  piece 0.001 additive,multiplicative 128      # 13:08-13:36
 }
 
 collect() {  # the finished runs without checkpoints, then the grid's reports (no training)
