@@ -24,6 +24,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attention_jax.models import common
+
 SATURATION = 0.99
 
 
@@ -66,7 +68,7 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
       "logit_std": masked_mean(std, rows),
       "entropy": masked_mean(norm_entropy, multi),
       "saturated": masked_mean(saturated.astype(jnp.float32), rows),
-      "max_logit": jnp.max(jnp.where(valid & rows[..., None], scores, -jnp.inf)),
+      "max_logit": common.masked_max(scores, valid & rows[..., None]),
   }
 
 
