@@ -178,6 +178,19 @@ def _final_max_logit(row: dict) -> dict:
   return {**row, "max_logit": (row.get("diagnostics") or {}).get("max_logit")}
 
 
+def _slices(cfg: ExperimentConfig, points: tuple[config_lib.GridPoint, ...], axis: str):
+  """(fixed values of the further axes, dim, caption) of every table of a
+  grid report: one table per dim and value of every further axis, arms
+  against `axis`."""
+  first = points[0].values[axis]
+  for p in points:
+    if p.values[axis] != first:
+      continue
+    fixed = {k: v for k, v in p.values.items() if k != axis}
+    for dim in cfg.dims:
+      yield fixed, dim, ", ".join([f"a = {dim}"] + [f"{k} = {v}" for k, v in fixed.items()])
+
+
 def write_grid_reports(workdir: str, cfg: ExperimentConfig,
                        points: tuple[config_lib.GridPoint, ...]) -> str:
   """The reports of a `--sweep` grid from the finished runs of every point:
@@ -201,8 +214,6 @@ def write_grid_reports(workdir: str, cfg: ExperimentConfig,
           histories.setdefault(p.name, {})[(arm, dim)] = log
   reporting.write_jsonl(os.path.join(workdir, "results.jsonl"), rows)
 
-  # One table per dim and value of every further axis: arms against `axis`.
-  others = [p.values for p in points if p.values[axis] == axis_values[0]]
   base = baseline_arm(cfg)
   test_set = f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
   beam = "swept" if {"beam_size", "test_examples"} & set(points[0].values) else (
@@ -224,31 +235,25 @@ def write_grid_reports(workdir: str, cfg: ExperimentConfig,
            "setting as in each point's config.json).\n"]
   for metric, best, caption in sections:
     parts.append(f"## {caption}\n")
-    for other in others:
-      fixed = {k: v for k, v in other.items() if k != axis}
-      for dim in cfg.dims:
-        subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
-                  and all(r.get(k) == v for k, v in fixed.items())]
-        where = ", ".join([f"a = {dim}"] + [f"{k} = {v}" for k, v in fixed.items()])
-        parts.append(f"{where}:\n\n" + reporting.britz_table(
-            subset, cfg.arms, axis_values, metric=metric, best=best, params=False,
-            row_label=axis))
+    for fixed, dim, where in _slices(cfg, points, axis):
+      subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
+                and all(r.get(k) == v for k, v in fixed.items())]
+      parts.append(f"{where}:\n\n" + reporting.britz_table(
+          subset, cfg.arms, axis_values, metric=metric, best=best, params=False,
+          row_label=axis))
   if tests:
     parts.append(f"## Test BLEU difference to {base} at the same dimension and {axis}, mean "
                  "over seed pairs, with the largest p over the pairs (paired approximate "
                  f"randomisation over test sentences, {significance_lib.TRIALS:,} trials)\n")
-    for other in others:
-      fixed = {k: v for k, v in other.items() if k != axis}
-      for dim in cfg.dims:
-        keyed = {}
-        for p in points:
-          if all(p.values[k] == v for k, v in fixed.items()):
-            for arm in cfg.arms:
-              if (p.name, arm, dim) in tests:
-                keyed[(arm, p.values[axis])] = tests[(p.name, arm, dim)]
-        where = ", ".join([f"a = {dim}"] + [f"{k} = {v}" for k, v in fixed.items()])
-        parts.append(f"{where}:\n\n" + reporting.significance_table(
-            keyed, cfg.arms, axis_values, base, row_label=axis))
+    for fixed, dim, where in _slices(cfg, points, axis):
+      keyed = {}
+      for p in points:
+        if all(p.values[k] == v for k, v in fixed.items()):
+          for arm in cfg.arms:
+            if (p.name, arm, dim) in tests:
+              keyed[(arm, p.values[axis])] = tests[(p.name, arm, dim)]
+      parts.append(f"{where}:\n\n" + reporting.significance_table(
+          keyed, cfg.arms, axis_values, base, row_label=axis))
   text = "\n".join(parts)
   checkpoints.atomic_write(os.path.join(workdir, "table.md"), text)
   if rows:
@@ -294,10 +299,8 @@ def report_only(cfg: ExperimentConfig, workdir: str,
     for folder in [workdir] + [point_dir(workdir, p) for p in points or ()]:
       if os.path.isdir(folder):
         locks.enter_context(workdir_lock.WorkdirLock(folder))
-    for point_cfg, folder in _targets(cfg, workdir, points):  # the settings must match
-      for arm in point_cfg.sweep():
-        run_dir = group_dir(folder, arm.name, arm.attention_dim)
-        _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim), write=False)
+    for point_cfg, _, arm, run_dir in _runs(_targets(cfg, workdir, points)):
+      _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim), write=False)
     tables = [write_reports(folder, point_cfg)
               for point_cfg, folder in _targets(cfg, workdir, points) if os.path.isdir(folder)]
     if points is not None:
@@ -316,6 +319,13 @@ def _targets(cfg, workdir, points):
   return [(p.config, point_dir(workdir, p)) for p in points]
 
 
+def _runs(targets):
+  """(config, workdir, arm, run folder) of every run of `_targets`."""
+  for point_cfg, folder in targets:
+    for arm in point_cfg.sweep():
+      yield point_cfg, folder, arm, group_dir(folder, arm.name, arm.attention_dim)
+
+
 def _data_key(cfg: ExperimentConfig):
   return (cfg.dataset, cfg.data_dir, cfg.vocab_size, cfg.max_length)
 
@@ -327,16 +337,14 @@ def _run_locked(cfg, workdir, points, *, mesh, log, data) -> str | None:
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
   targets = _targets(cfg, workdir, points)
   pending = []
-  for point_cfg, folder in targets:
-    for arm in point_cfg.sweep():
-      run_dir = group_dir(folder, arm.name, arm.attention_dim)
-      os.makedirs(run_dir, exist_ok=True)
-      _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim))
-      label = arm.label if points is None else f"{os.path.basename(folder)} {arm.label}"
-      if os.path.exists(os.path.join(run_dir, "result.json")):
-        log(f"[{label}] finished earlier; skipped")
-      else:
-        pending.append((point_cfg, folder, arm))
+  for point_cfg, folder, arm, run_dir in _runs(targets):
+    os.makedirs(run_dir, exist_ok=True)
+    _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim))
+    label = arm.label if points is None else f"{os.path.basename(folder)} {arm.label}"
+    if os.path.exists(os.path.join(run_dir, "result.json")):
+      log(f"[{label}] finished earlier; skipped")
+    else:
+      pending.append((point_cfg, folder, arm))
 
   def report(point_cfg, folder):
     write_reports(folder, point_cfg)
