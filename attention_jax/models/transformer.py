@@ -141,18 +141,21 @@ class EncoderLayer(_Block):
     self.ffn = FeedForward(config, rngs=rngs)
 
   def __call__(self, x, mask, *, deterministic: bool = True, key=None,
-               max_logit: bool = False):
-    """x `[B, S, D]`, mask bool `[B, 1, S, S]` -> `[B, S, D]`, or with
-    `max_logit` `(x, the largest raw self-attention logit at valid
-    query/key pairs)`."""
+               self_aux: list | None = None):
+    """x `[B, S, D]`, mask bool `[B, 1, S, S]` -> `[B, S, D]`.
+
+    `self_aux`: a list to which the self attention's `{'scores', 'weights'}`
+    `[B, H, S, S]` is appended (the plain kernel then; diagnostics only), as
+    in `DecoderLayer`.
+    """
     k_attn, k_res1, k_res2 = common.split_key(key, 3)
     x, aux = self._residual(
         0, x, lambda h: self.self_attn(h, mask=mask, deterministic=deterministic,
-                                       rngs=k_attn, return_weights=max_logit),
+                                       rngs=k_attn, return_weights=self_aux is not None),
         deterministic, k_res1)
+    if self_aux is not None:
+      self_aux.append(aux)
     x, _ = self._residual(1, x, lambda h: (self.ffn(h), None), deterministic, k_res2)
-    if max_logit:
-      return x, common.masked_max(aux["scores"], mask)  # over [B, H, S, S]
     return x
 
 
@@ -286,9 +289,9 @@ class Transformer(nnx.Module):
     self._check_length(src.shape[1], "src")
     return self._encode(src, deterministic, None if deterministic else dropout_key(rngs))
 
-  def _encode(self, src, deterministic, key, max_logits: list | None = None):
-    """The encoder; appends each layer's largest self-attention logit to
-    `max_logits` when given."""
+  def _encode(self, src, deterministic, key, self_aux: list | None = None):
+    """The encoder; appends each layer's self-attention `{'scores',
+    'weights'}` to `self_aux` when given."""
     c = self.config
     keys = common.split_key(key, c.num_encoder_layers + 1)
     table = self.embed if c.share_embeddings else self.src_embed
@@ -296,11 +299,7 @@ class Transformer(nnx.Module):
     valid = masks.padding(src, c.pad_id)  # [B, S]
     mask = masks.cross(valid, valid)  # [B, 1, S, S]
     for layer, k in zip(self.encoder_layers, keys[1:]):
-      if max_logits is None:
-        x = layer(x, mask, deterministic=deterministic, key=k)
-      else:
-        x, peak = layer(x, mask, deterministic=deterministic, key=k, max_logit=True)
-        max_logits.append(peak)
+      x = layer(x, mask, deterministic=deterministic, key=k, self_aux=self_aux)
     if c.pre_layer_norm:
       x = self.encoder_norm(x)
     return x  # [B, S, D]
@@ -343,8 +342,8 @@ class Transformer(nnx.Module):
     if not deterministic and key is None and (c.dropout > 0 or c.attention_dropout > 0):
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
     k_enc, k_dec = common.split_key(key, 2)
-    encoder_peaks = [] if return_max_logits else None
-    memory = self._encode(src, deterministic, k_enc, encoder_peaks)
+    encoder_aux = [] if return_max_logits else None
+    memory = self._encode(src, deterministic, k_enc, encoder_aux)
 
     keys = common.split_key(k_dec, c.num_layers + 1)
     x = self._embed(tgt_in, self.embed, deterministic=deterministic, key=keys[0])
@@ -369,8 +368,10 @@ class Transformer(nnx.Module):
            "key_valid": src_valid[None, :, None, None, :]}  # [1, B, 1, 1, S]
     if return_max_logits:
       query_valid = tgt_valid[:, None, :, None]  # [B, 1, T, 1]: padding queries left out
+      encoder_mask = masks.cross(src_valid, src_valid)  # [B, 1, S, S]
       aux["max_logits"] = {
-          "encoder_self": jnp.stack(encoder_peaks),  # [N_enc]
+          "encoder_self": jnp.stack([common.masked_max(a["scores"], encoder_mask)
+                                     for a in encoder_aux]),  # [N_enc]
           "decoder_self": jnp.stack([common.masked_max(a["scores"], self_mask & query_valid)
                                      for a in self_aux]),  # [N]
           "cross": jnp.stack([common.masked_max(s, cross_mask & query_valid)
