@@ -36,14 +36,19 @@ run() {
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     piece 0.0003 multiplicative 128              # 12:39-13:07 (the small-dimension control)
   piece 0.001 additive,multiplicative 128      # 13:08-13:36
+  # Session of 2026-11-23 (third), the same code (a frozen worktree of d85915b):
+  piece 0.001 additive,multiplicative 1024     # 14:35-15:23
 }
 
-collect() {  # the finished runs without checkpoints, then the grid's reports (no training)
-  (cd "$W" && find . -path '*checkpoints*' -prune -o -name .lock -prune -o -type f -print) |
-    while read -r f; do
-      mkdir -p "$HERE/$(dirname "$f")"
-      cp "$W/$f" "$HERE/$f"
-    done
+collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
+  (cd "$W" && find . -path '*/runs/*/result.json') | while read -r done_run; do
+    run_dir=$(dirname "$done_run")  # a run still training elsewhere is left out
+    (cd "$W/$run_dir" && find . -path ./checkpoints -prune -o -type f -print) |
+      while read -r f; do
+        mkdir -p "$HERE/$run_dir/$(dirname "$f")"
+        cp "$W/$run_dir/$f" "$HERE/$run_dir/$f"
+      done
+  done
   "$PY" -m experiments.ablation --preset=quick --workdir="$HERE" --report_only \
     --arms=additive,multiplicative,scaled_multiplicative,qk_norm --dims=128,1024 \
     --sweep=learning_rate=3e-4,1e-3,3e-3
