@@ -38,6 +38,7 @@ run() {
   piece 0.001 additive,multiplicative 128      # 13:08-13:36
   # Session of 2026-11-23 (third), the same code (a frozen worktree of d85915b):
   piece 0.001 additive,multiplicative 1024     # 14:35-15:23
+  piece 0.001 scaled_multiplicative,qk_norm 1024  # 15:23-16:04
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
