@@ -39,6 +39,7 @@ run() {
   # Session of 2026-11-23 (third), the same code (a frozen worktree of d85915b):
   piece 0.001 additive,multiplicative 1024     # 14:35-15:23
   piece 0.001 scaled_multiplicative,qk_norm 1024  # 15:23-16:04
+  piece 0.001 scaled_multiplicative,qk_norm 128   # 16:04-16:33
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
