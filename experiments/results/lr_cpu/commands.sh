@@ -40,6 +40,8 @@ run() {
   piece 0.001 additive,multiplicative 1024     # 14:35-15:23
   piece 0.001 scaled_multiplicative,qk_norm 1024  # 15:23-16:04
   piece 0.001 scaled_multiplicative,qk_norm 128   # 16:04-16:33
+  XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
+    piece 0.003 qk_norm 128                      # 16:33-16:58 (one pair, beside a test run)
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
