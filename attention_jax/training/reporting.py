@@ -79,7 +79,8 @@ def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
                        dims: Sequence, baseline: str, row_label: str = "dim") -> str:
   """Markdown table of `Δ BLEU (p)` per dim (or swept value, `row_label`)
   and non-baseline arm, from `significance.compare_runs` results keyed by
-  (arm, dim)."""
+  (arm, dim); a cell whose seed pairs differ in opposite directions lists
+  the pairs' differences."""
   others = [a for a in arms if a != baseline]
   lines = [f"| {row_label} | " + " | ".join(f"{a} − {baseline}" for a in others) + " |",
            "|---|" + "---|" * len(others)]
@@ -91,8 +92,11 @@ def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
         row.append("–")
       elif t["delta"] is None:
         row.append("diverged")
-      else:
+      elif t.get("signs_agree", True):
         row.append(f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])})")
+      else:  # the mean hides pairs that differ in opposite directions
+        pairs = ", ".join(f"{x:+.2f}" for x in t["deltas"])
+        row.append(f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])}; seed pairs disagree: {pairs})")
     lines.append(f"| {d} | " + " | ".join(row) + " |")
   return "\n".join(lines) + "\n"
 

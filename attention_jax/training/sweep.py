@@ -118,7 +118,8 @@ def significance(workdir: str, cfg: ExperimentConfig) -> dict[tuple[str, int], d
             cached = json.load(f)
           except json.JSONDecodeError:  # cut by a kill: recomputed
             cached = None
-      if cached is not None and cached.get("digest") == digest:
+      if (cached is not None and cached.get("digest") == digest
+          and "signs_agree" in cached["result"]):  # older caches lack the per-pair deltas
         out[(arm, dim)] = cached["result"]
         continue
       result = significance_lib.compare_runs(json.loads(base_bytes), json.loads(own_bytes))

@@ -43,6 +43,11 @@ def test_significance_table():
   assert "| 128 | -3.46 (p < 0.001) |" in lines
   assert "| 1024 | +0.50 (p = 0.250) |" in lines
   assert "| 2048 | – |" in lines
+  tests[("multiplicative", 2048)] = {"delta": -0.91, "deltas": [-3.6, 1.78], "signs_agree": False,
+                                     "p_max": 0.0002, "p": [0.0001, 0.0002]}
+  lines = reporting.significance_table(tests, ["additive", "multiplicative"], [2048],
+                                       "additive").splitlines()
+  assert lines[2] == "| 2048 | -0.91 (p < 0.001; seed pairs disagree: -3.60, +1.78) |"
 
 
 def test_plots_are_written(tmp_path):

@@ -51,6 +51,19 @@ def test_compare_runs_pairs_seeds_and_reports_the_largest_p():
   assert out["p"][0] == 1.0 and out["p"][1] < 0.01  # seed 0 identical, seed 1 worse
   assert out["p_max"] == 1.0
   assert out["delta"] < -5
+  assert out["deltas"][0] == 0.0 and out["deltas"][1] < -10
+  assert out["delta"] == pytest.approx(sum(out["deltas"]) / 2)
+  assert out["signs_agree"]  # a zero difference sides with either sign
+
+
+def test_compare_runs_flags_seed_pairs_that_differ_in_opposite_directions():
+  refs, noisy = _systems()
+  base = {"references": refs, "hypotheses": [noisy(0.8), noisy(0.4)]}
+  other = {"references": refs, "hypotheses": [noisy(0.4), noisy(0.8)]}
+  out = significance.compare_runs(base, other, trials=500)
+  assert out["deltas"][0] < -10 < 10 < out["deltas"][1]
+  assert out["p_max"] < 0.01  # each pair is significant on its own ...
+  assert not out["signs_agree"]  # ... but not in the same direction
 
 
 def test_bad_inputs_are_named():
