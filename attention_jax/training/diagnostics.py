@@ -17,6 +17,10 @@ For a batch of cross-attention logits and weights these return:
                    `max_logit_<encoder_self|decoder_self|cross>_l<i>`
   grad_norm        L2 norm of d loss / d logits over the whole batch (filled in
                    by the trainer, which owns the loss)
+and, from a `qk_norm` model's parameters (`qk_norm_gains`):
+  qk_norm_g        the learned scale g of QKNorm, which bounds the logits
+                   (|g · cos| <= |g|); the Transformer's are per layer and kind,
+                   `qk_norm_g_<encoder_self|decoder_self|cross>_l<i>`
 """
 
 from __future__ import annotations
@@ -90,3 +94,30 @@ def query_valid_like(scores_ndim: int, target_valid: jax.Array) -> jax.Array:
     return target_valid[None, :, None, :, None]  # [1, B, 1, T, 1]
   raise ValueError(f"attention scores of rank {scores_ndim} are not understood; "
                    "expected [B, T, S] or [L, B, H, T, S].")
+
+
+# The Transformer's attention modules, named as its max logits are.
+_KINDS = {("encoder_layers", "self_attn"): "encoder_self",
+          ("decoder_layers", "self_attn"): "decoder_self",
+          ("decoder_layers", "cross_attn"): "cross"}
+
+
+def qk_norm_gains(params) -> dict[str, jax.Array]:
+  """The learned QKNorm scales of one model's parameters (an `nnx.State` or
+  nested dict): `qk_norm_g` for the RNN's single attention, and
+  `qk_norm_g_<kind>_l<i>` for each Transformer layer; empty without any."""
+  out = {}
+  for path, value in jax.tree_util.tree_leaves_with_path(params):
+    names = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path]
+    if names and names[-1] == "value":  # an nnx.Param's array
+      names = names[:-1]
+    if not names or names[-1] != "g":
+      continue
+    where = names[:-1]
+    if len(where) == 3 and (where[0], where[2]) in _KINDS:
+      out[f"qk_norm_g_{_KINDS[where[0], where[2]]}_l{where[1]}"] = value
+    elif where == ["attention"]:
+      out["qk_norm_g"] = value
+    else:
+      out["qk_norm_g_" + "_".join(map(str, where))] = value
+  return out

@@ -234,6 +234,8 @@ class EnsembleTrainer:
       stats["grad_norm"] = jnp.sqrt(jnp.sum(jnp.square(grad)))
       if "max_logits" in aux:
         stats.update(diagnostics.per_layer_max_logits(aux["max_logits"]))
+      if self.arm.score == "qk_norm":  # its logits are bounded by the learned g
+        stats.update(diagnostics.qk_norm_gains(params))
       return stats
 
     return jax.jit(jax.vmap(member, in_axes=(0, 0, None, None, None)))

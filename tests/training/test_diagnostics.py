@@ -90,3 +90,15 @@ def test_jit_matches_eager():
   jitted = jax.jit(diagnostics.softmax_stats)(scores, w, ones, ones)
   for k in eager:
     np.testing.assert_allclose(eager[k], jitted[k], rtol=1e-6)
+
+
+def test_qk_norm_gains_are_named_like_the_max_logits():
+  rnn = {"attention": {"g": jnp.float32(9.5), "w1": jnp.ones(2)}, "embed": {"g2": 1.0}}
+  assert {k: float(v) for k, v in diagnostics.qk_norm_gains(rnn).items()} == {"qk_norm_g": 9.5}
+  transformer = {"encoder_layers": {0: {"self_attn": {"g": 1.0}}},
+                 "decoder_layers": {1: {"self_attn": {"g": 2.0}, "cross_attn": {"g": 3.0}}},
+                 "elsewhere": {"g": 4.0}}
+  assert diagnostics.qk_norm_gains(transformer) == {
+      "qk_norm_g_encoder_self_l0": 1.0, "qk_norm_g_decoder_self_l1": 2.0,
+      "qk_norm_g_cross_l1": 3.0, "qk_norm_g_elsewhere": 4.0}
+  assert diagnostics.qk_norm_gains({"attention": {"w1": jnp.ones(2)}}) == {}

@@ -201,10 +201,17 @@ def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, a
     assert not g
   stats = trainer.diagnose(next(batches))
   peak = float(stats["max_logit"][0])
+  logged = sorted(k for k in stats if k.startswith("qk_norm_g"))
   if arm == "qk_norm":  # |g · cos| <= g
     assert 0.0 < peak <= max(float(np.max(np.abs(x))) for x in g) + 1e-4
+    # every learned g is in the diagnostics, named like the max logits
+    expected = ["qk_norm_g"] if model == "rnn" else [
+        "qk_norm_g_cross_l0", "qk_norm_g_decoder_self_l0", "qk_norm_g_encoder_self_l0"]
+    assert logged == expected
+    np.testing.assert_allclose(sorted(float(stats[k][0]) for k in logged),
+                               sorted(float(x[0]) for x in g), rtol=1e-6)
   else:
-    assert np.isfinite(peak)
+    assert np.isfinite(peak) and not logged
   if model == "transformer":
     per_layer = {k for k in stats if k.startswith("max_logit_")}
     assert per_layer == {"max_logit_encoder_self_l0", "max_logit_decoder_self_l0",
