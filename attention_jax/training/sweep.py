@@ -296,14 +296,15 @@ def report_only(cfg: ExperimentConfig, workdir: str,
   if not os.path.isdir(workdir):
     raise ValueError(f"`--workdir` {workdir} does not exist: nothing to report.")
   points = config_lib.grid(cfg, axes) if axes else None
+  targets = _targets(cfg, workdir, points)
   with contextlib.ExitStack() as locks:
     for folder in [workdir] + [point_dir(workdir, p) for p in points or ()]:
       if os.path.isdir(folder):
         locks.enter_context(workdir_lock.WorkdirLock(folder))
-    for point_cfg, _, arm, run_dir in _runs(_targets(cfg, workdir, points)):
+    for point_cfg, _, arm, run_dir in _runs(targets):
       _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim), write=False)
     tables = [write_reports(folder, point_cfg)
-              for point_cfg, folder in _targets(cfg, workdir, points) if os.path.isdir(folder)]
+              for point_cfg, folder in targets if os.path.isdir(folder)]
     if points is not None:
       return write_grid_reports(workdir, cfg, points)
     return tables[0]

@@ -122,7 +122,7 @@ def test_a_grid_resumes_and_skips_per_point_and_pivots_its_tables(tmp_path):
     assert os.path.getsize(os.path.join(grid, name)) > 1000, name
   run = os.path.join(grid, "learning_rate=0.003", "runs", "qk_norm_d8")
   metrics = _rows(os.path.join(run, "metrics.jsonl"))
-  assert "max_logit" in metrics[0]
+  assert "max_logit" in metrics[0] and "qk_norm_g" in metrics[0]
   # TensorBoard saw the kill too: each logged step once, as in metrics.jsonl.
   accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
   events = accumulator.EventAccumulator(os.path.join(run, "tensorboard", "seed_0"))
