@@ -22,7 +22,7 @@ PY=${PY:-.venv/bin/python}
 HERE=experiments/results/lr_cpu
 
 piece() {
-  local lr=$1 arms=$2 dims=$3
+  local lr=$1 arms=$2 dims=$3  # a pair already finished there is skipped
   "$PY" -m experiments.ablation --preset=quick --arms="$arms" --dims="$dims" \
     --learning_rate="$lr" --workdir="$W/learning_rate=$lr"
 }
@@ -42,6 +42,11 @@ run() {
   piece 0.001 scaled_multiplicative,qk_norm 128   # 16:04-16:33
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
     piece 0.003 qk_norm 128                      # 16:33-16:58 (one pair, beside a test run)
+  # Session of 2026-11-23 (fourth), the same code (a frozen worktree of d85915b); five
+  # pairs through two workers, largest dimension first; piece 10 started on the core
+  # piece 9's last pair left free, so three pairs shared the two cores 18:31-19:02:
+  piece 0.0003 additive,scaled_multiplicative,qk_norm 128,1024  # 17:18-19:02
+  piece 0.003 additive,scaled_multiplicative 1024               # 18:31-
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
