@@ -46,7 +46,7 @@ run() {
   # pairs through two workers, largest dimension first; piece 10 started on the core
   # piece 9's last pair left free, so three pairs shared the two cores 18:31-19:02:
   piece 0.0003 additive,scaled_multiplicative,qk_norm 128,1024  # 17:18-19:02
-  piece 0.003 additive,scaled_multiplicative 1024               # 18:31-
+  piece 0.003 additive,scaled_multiplicative 1024               # 18:31-19:34
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
