@@ -17,7 +17,7 @@ largest p does not say the pairs agree on the direction: two pairs can each
 differ significantly, in opposite directions (measured: scaled_multiplicative
 against additive at a = 1024, lr 1e-3, −3.6 and +1.8 BLEU, both p < 0.001).
 So the per-pair differences are kept too (`deltas`), and `signs_agree` says
-whether every pair lies on the side of the mean.
+whether no two pairs differ in opposite directions.
 
 Two identical outputs have no difference to test: sacrebleu's counting
 (strictly greater, then +1) returns its minimum p = 1/(trials + 1) there;
