@@ -47,7 +47,7 @@ run() {
   # piece 9's last pair left free, so three pairs shared the two cores 18:31-19:02:
   piece 0.0003 additive,scaled_multiplicative,qk_norm 128,1024  # 17:18-19:02
   piece 0.003 additive,scaled_multiplicative 1024               # 18:31-19:34
-  piece 0.003 additive,multiplicative,scaled_multiplicative 128 # 19:42-, two pairs by 20:13
+  piece 0.003 additive,multiplicative,scaled_multiplicative 128 # 19:42-20:17 (two pairs by 20:13; killed at the session end), re-run 20:24-20:50 (resumed the last pair at step 750)
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
