@@ -214,6 +214,13 @@ class DecoderLayer(_Block):
     return x, cross_aux, new_cache
 
 
+# Every attention module of the Transformer by (layer list, sub-layer) attribute,
+# named by its kind; `aux['max_logits']` and the diagnostics use these names.
+ATTENTION_KINDS = {("encoder_layers", "self_attn"): "encoder_self",
+                   ("decoder_layers", "self_attn"): "decoder_self",
+                   ("decoder_layers", "cross_attn"): "cross"}
+
+
 class Transformer(nnx.Module):
   """Encoder-decoder Transformer.
 

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax.models import common
+from attention_jax.models.transformer import ATTENTION_KINDS
 
 SATURATION = 0.99
 
@@ -79,8 +80,14 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
 def per_layer_max_logits(max_logits: dict[str, jax.Array]) -> dict[str, jax.Array]:
   """`{'cross': [N], ...}` (the Transformer's `aux['max_logits']`) ->
   flat scalars `max_logit_cross_l0`, ... for the metrics log."""
-  return {f"max_logit_{kind}_l{i}": peaks[i]
+  return {layer_metric("max_logit", kind, i): peaks[i]
           for kind, peaks in max_logits.items() for i in range(peaks.shape[0])}
+
+
+def layer_metric(prefix: str, kind: str, layer: int) -> str:
+  """The metrics-log name of one Transformer attention module's value:
+  `<prefix>_<kind>_l<layer>`, kind one of `transformer.ATTENTION_KINDS`."""
+  return f"{prefix}_{kind}_l{layer}"
 
 
 def query_valid_like(scores_ndim: int, target_valid: jax.Array) -> jax.Array:
@@ -96,12 +103,6 @@ def query_valid_like(scores_ndim: int, target_valid: jax.Array) -> jax.Array:
                    "expected [B, T, S] or [L, B, H, T, S].")
 
 
-# The Transformer's attention modules, named as its max logits are.
-_KINDS = {("encoder_layers", "self_attn"): "encoder_self",
-          ("decoder_layers", "self_attn"): "decoder_self",
-          ("decoder_layers", "cross_attn"): "cross"}
-
-
 def qk_norm_gains(params) -> dict[str, jax.Array]:
   """The learned QKNorm scales of one model's parameters (an `nnx.State` or
   nested dict): `qk_norm_g` for the RNN's single attention, and
@@ -114,8 +115,9 @@ def qk_norm_gains(params) -> dict[str, jax.Array]:
     if not names or names[-1] != "g":
       continue
     where = names[:-1]
-    if len(where) == 3 and (where[0], where[2]) in _KINDS:
-      out[f"qk_norm_g_{_KINDS[where[0], where[2]]}_l{where[1]}"] = value
+    kind = ATTENTION_KINDS.get((where[0], where[2])) if len(where) == 3 else None
+    if kind is not None:
+      out[layer_metric("qk_norm_g", kind, where[1])] = value
     elif where == ["attention"]:
       out["qk_norm_g"] = value
     else:

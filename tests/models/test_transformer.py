@@ -10,6 +10,7 @@ from flax import nnx
 
 from attention_jax.layers import SCORES
 from attention_jax.models import Transformer, TransformerConfig, count_params, create_ensemble
+from attention_jax.models import transformer
 from tests.models import synthetic_task
 from tests.models.synthetic_task import encode, forward
 
@@ -288,6 +289,10 @@ def test_max_logits_per_layer_and_kind_match_the_scores_by_hand():
   peaks = aux["max_logits"]
   assert {k: v.shape for k, v in peaks.items()} == {
       "encoder_self": (1,), "decoder_self": (2,), "cross": (2,)}
+  # every kind is named after one module the diagnostics can find in the params
+  assert set(peaks) == set(transformer.ATTENTION_KINDS.values())
+  for (layers, sublayer) in transformer.ATTENTION_KINDS:
+    assert hasattr(getattr(model, layers)[0], sublayer)
   src_valid, tgt_valid = np.asarray(src != pad), np.asarray(tgt != pad)
   scores = np.asarray(aux["scores"])  # [N, B, H, T, S]
   for i in range(2):  # cross: only real (query, key) pairs count
