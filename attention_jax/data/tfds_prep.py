@@ -23,7 +23,13 @@ MARKER = ".attention_jax_complete.json"
 
 
 def _shards_present(builder: tfds.core.DatasetBuilder) -> bool:
+  """Every shard file the builder's info lists is on disk. A builder whose
+  info lists no split was made before the data was written (another process
+  or thread prepared it meanwhile): it cannot read the data, so it is not
+  complete, however complete the folder is."""
   try:
+    if not builder.info.splits:
+      return False
     for split_info in builder.info.splits.values():
       for path in split_info.filepaths:
         if not Path(os.fspath(path)).is_file():

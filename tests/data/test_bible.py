@@ -284,6 +284,21 @@ def test_concurrent_preparations_take_turns(tmp_path):
   assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(10))
 
 
+def test_a_builder_made_before_another_prepared_the_data_is_not_returned(tmp_path):
+  # The race behind a flaky run of the test above: a thread makes its builder
+  # (no info on disk yet), another finishes the preparation, then the folder
+  # checks pass for the first builder although its info lists no split.
+  make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
+  stale = make()
+  tfds_prep.ensure_prepared(make, lock_dir=tmp_path)
+  assert not stale.info.splits
+  made = iter([stale])
+  builder = tfds_prep.ensure_prepared(lambda: next(made, None) or make(), lock_dir=tmp_path)
+  assert builder is not stale
+  cols = tfds_prep.read_source(builder.as_data_source(split="test"), ("en",))
+  assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(10))
+
+
 def test_half_written_bible_is_rebuilt(tmp_path, sword_root):
   builder = bible.prepare("en-es", data_dir=tmp_path, sword_path=sword_root)
   _killed_before_marker(Path(os.fspath(builder.data_path)))
