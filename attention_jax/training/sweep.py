@@ -10,6 +10,8 @@ Workdir layout (everything written atomically; a re-run resumes):
   runs/<arm>_d<dim>/test_translations.json  final test outputs per seed (for significance)
   runs/<arm>_d<dim>/significance.json       cached paired test against the baseline arm
   runs/<arm>_d<dim>/result.json     one row per seed; its presence = finished
+  runs/<arm>_d<dim>/result.steps<N>.json  the result of N steps, kept when a
+                                    larger --steps extended the run (`_extend`)
   .lock                             PID, host and start of the driver using the workdir
   results.jsonl, table.md, ablation.png, validation.png, diagnostics.png,
   attention_<arm>_<dim>.png
@@ -302,7 +304,12 @@ def report_only(cfg: ExperimentConfig, workdir: str,
       if os.path.isdir(folder):
         locks.enter_context(workdir_lock.WorkdirLock(folder))
     for point_cfg, _, arm, run_dir in _runs(targets):
-      _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim), write=False)
+      old_steps = _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim),
+                         write=False)
+      if old_steps is not None:
+        raise ValueError(f"{run_dir} holds a run of {old_steps} steps, not "
+                         f"{point_cfg.steps}: drop --report_only to extend it, or ask "
+                         f"for --steps={old_steps}.")
     tables = [write_reports(folder, point_cfg)
               for point_cfg, folder in targets if os.path.isdir(folder)]
     if points is not None:
@@ -341,8 +348,15 @@ def _run_locked(cfg, workdir, points, *, mesh, log, data) -> str | None:
   pending = []
   for point_cfg, folder, arm, run_dir in _runs(targets):
     os.makedirs(run_dir, exist_ok=True)
-    _check(run_dir, fingerprint(point_cfg, arm.name, arm.attention_dim))
+    fp = fingerprint(point_cfg, arm.name, arm.attention_dim)
+    old_steps = _check(run_dir, fp)
     label = arm.label if points is None else f"{os.path.basename(folder)} {arm.label}"
+    # Every process has read the folder before the primary changes it.
+    if multihost.agree(old_steps is not None):
+      if primary:
+        _extend(run_dir, fp, old_steps)
+      multihost.sync(f"extend {run_dir}")
+      log(f"[{label}] extended from {old_steps} to {fp['steps']} steps")
     if os.path.exists(os.path.join(run_dir, "result.json")):
       log(f"[{label}] finished earlier; skipped")
     else:
@@ -457,17 +471,61 @@ def _run_in_workers(workers: int, pending: list, deadline: float | None, report)
   return finished
 
 
-def _check(run_dir: str, fp: dict, write: bool = True) -> None:
+def _check(run_dir: str, fp: dict, write: bool = True) -> int | None:
   """Refuses a run folder made with other settings; records them in a new one
-  (unless `write` is False)."""
+  (unless `write` is False). Returns the folder's step count where `fp` only
+  asks for more steps and the run can be extended (`_why_not_extended`), else
+  None; the caller then extends it (`_extend`)."""
   path = os.path.join(run_dir, "config.json")
   if os.path.exists(path):
     with open(path) as f:
       old = json.load(f)
     diff = {k: (old.get(k), v) for k, v in fp.items() if old.get(k) != v}
+    if set(diff) == {"steps"}:
+      why = _why_not_extended(old, fp)
+      if why is None:
+        return int(old["steps"])
+      raise ValueError(f"{run_dir} holds a run of {old['steps']} steps, not {fp['steps']}, "
+                       f"and {why}; use another --workdir or delete that folder.")
     if diff:
       shown = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
       raise ValueError(f"{run_dir} holds a run with other settings ({shown}); "
                        "use another --workdir or delete that folder.")
   elif write and multihost.is_primary():
     checkpoints.atomic_write(path, json.dumps(fp, indent=1, sort_keys=True))
+  return None
+
+
+def _why_not_extended(old: dict, fp: dict) -> str | None:
+  """Why the run recorded as `old` cannot go on to `fp["steps"]` with the
+  numbers a run of that length from scratch would give; None if it can.
+
+  Under the constant schedule nothing in a step depends on the total: the
+  batches, dropout keys and learning rate of step s are the same in a run of
+  any length, so continuing the checkpoint of the last step gives the longer
+  run's numbers, provided the shorter run evaluated (and logged diagnostics)
+  only where the longer one does - its last step is an evaluation step of
+  both (`test_extending_a_finished_run_gives_the_longer_runs_numbers`).
+  """
+  if fp["schedule"] != "constant":
+    return f"the {fp['schedule']} schedule depends on the number of steps"
+  if fp["steps"] < old["steps"]:
+    return "a run cannot be shortened"
+  for name in ("eval_every", "diag_every"):
+    if old["steps"] % fp[name]:
+      return (f"{old['steps']} is not a multiple of `{name}` = {fp[name]} (a longer run "
+              "would not have evaluated at its last step)")
+  return None
+
+
+def _extend(run_dir: str, fp: dict, old_steps: int) -> None:
+  """Turns the finished (or unfinished) run of `old_steps` in `run_dir` into
+  an unfinished one of `fp["steps"]`: its result moves aside to
+  `result.steps<old_steps>.json` (kept), then the new settings are recorded;
+  training resumes from the last checkpoint. A kill between the two leaves an
+  unfinished run of `old_steps` whose extension is asked again by a re-run."""
+  result = os.path.join(run_dir, "result.json")
+  if os.path.exists(result):
+    os.replace(result, os.path.join(run_dir, f"result.steps{old_steps}.json"))
+  checkpoints.atomic_write(os.path.join(run_dir, "config.json"),
+                           json.dumps(fp, indent=1, sort_keys=True))

@@ -146,6 +146,57 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
   assert sorted(log(killed)) == sorted(log(straight))
 
 
+def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
+  """A larger --steps on a finished run (constant schedule) continues it from
+  its last checkpoint to the numbers a run of that length from scratch gives;
+  the shorter run's result is kept aside."""
+  flags = ["--preset=smoke", "--arms=additive", "--dims=8", "--eval_every=40",
+           "--diag_every=20", "--checkpoint_every=40"]
+  straight, extended = str(tmp_path / "straight"), str(tmp_path / "extended")
+  proc = _driver("ablation", *flags, "--steps=80", f"--workdir={straight}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  short = _driver("ablation", *flags, "--steps=40", f"--workdir={extended}")
+  assert short.returncode == 0, short.stderr[-3000:]
+  short_rows = _rows(extended)
+  assert {r["steps"] for r in short_rows} == {40}
+
+  longer = _driver("ablation", *flags, "--steps=80", f"--workdir={extended}")
+  assert longer.returncode == 0, longer.stderr[-3000:]
+  assert "extended from 40 to 80 steps" in longer.stdout
+  assert "resumed at step 40" in longer.stdout
+  assert {r["steps"] for r in _rows(extended)} == {80}
+  assert _numbers(_rows(extended)) == _numbers(_rows(straight))
+  run = os.path.join("runs", "additive_d8")
+  def log(workdir):
+    path = os.path.join(workdir, run, "metrics.jsonl")
+    return [json.dumps(r, sort_keys=True) for r in map(json.loads, open(path))]
+  assert log(extended) == log(straight)
+  with open(os.path.join(extended, run, "result.steps40.json")) as f:
+    assert _numbers(json.load(f)) == _numbers(short_rows)
+
+  # Fewer steps, or reports of more steps than the folder holds: refused.
+  shorter = _driver("ablation", *flags, "--steps=60", f"--workdir={extended}")
+  assert shorter.returncode != 0 and "cannot be shortened" in shorter.stderr
+  report = _driver("ablation", *flags, "--steps=120", "--report_only",
+                   f"--workdir={extended}")
+  assert report.returncode != 0 and "drop --report_only" in report.stderr
+  assert {r["steps"] for r in _rows(extended)} == {80}
+
+
+@pytest.mark.parametrize("old,new,needle", [
+    (dict(steps=40), dict(steps=80, schedule="cosine"), "schedule depends"),
+    (dict(steps=50), dict(steps=80), "`eval_every` = 40"),
+    (dict(steps=40), dict(steps=80, diag_every=30), "`diag_every` = 30"),
+    (dict(steps=80), dict(steps=40), "cannot be shortened"),
+    (dict(steps=40), dict(steps=80), None),
+])
+def test_which_runs_can_be_extended(old, new, needle):
+  from attention_jax.training import sweep
+  base = dict(schedule="constant", eval_every=40, diag_every=20)
+  why = sweep._why_not_extended({**base, **old}, {**base, **new})
+  assert why is None if needle is None else needle in why
+
+
 @pytest.mark.slow  # two smoke ablations; kept out of the 10-minute default suite
 def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_path):
   """`--workers=2` (each pair in its own single-threaded process) gives the
