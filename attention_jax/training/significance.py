@@ -34,6 +34,9 @@ from sacrebleu.significance import PairedTest
 
 # Trials per test: sacrebleu's default for approximate randomisation.
 TRIALS = 10_000
+# The version of `compare_runs`'s result; a cached result of another version is
+# recomputed (`sweep.significance`). 1: before `deltas` and `signs_agree`.
+FORMAT = 2
 
 
 def paired_test(baseline: Sequence[str], system: Sequence[str],

@@ -95,7 +95,8 @@ def baseline_arm(cfg: ExperimentConfig) -> str:
 def significance(workdir: str, cfg: ExperimentConfig) -> dict[tuple[str, int], dict]:
   """Seed-paired AR tests (`significance.compare_runs`) of every finished arm
   against the baseline arm at the same dimension, cached per pair in
-  `significance.json` under the digest of both runs' translations."""
+  `significance.json` under the digest of both runs' translations and the
+  result's `significance.FORMAT`."""
   base = baseline_arm(cfg)
   out = {}
   for dim in cfg.dims:
@@ -121,12 +122,13 @@ def significance(workdir: str, cfg: ExperimentConfig) -> dict[tuple[str, int], d
           except json.JSONDecodeError:  # cut by a kill: recomputed
             cached = None
       if (cached is not None and cached.get("digest") == digest
-          and "signs_agree" in cached["result"]):  # older caches lack the per-pair deltas
+          and cached.get("format", 1) == significance_lib.FORMAT):
         out[(arm, dim)] = cached["result"]
         continue
       result = significance_lib.compare_runs(json.loads(base_bytes), json.loads(own_bytes))
       checkpoints.atomic_write(cache_path, json.dumps(
-          {"baseline": base, "digest": digest, "result": result}))
+          {"baseline": base, "digest": digest, "format": significance_lib.FORMAT,
+           "result": result}))
       out[(arm, dim)] = result
   return out
 

@@ -72,3 +72,36 @@ def test_bad_inputs_are_named():
   with pytest.raises(ValueError, match="different references"):
     significance.compare_runs({"references": ["a"], "hypotheses": [["a"]]},
                               {"references": ["b"], "hypotheses": [["a"]]})
+
+
+def test_the_sweep_caches_each_comparison_under_its_inputs_and_format(tmp_path):
+  """`sweep.significance` reuses a cached result only for the same two runs'
+  translations and the same result format; anything else is recomputed."""
+  import json
+  import os
+  from attention_jax.training import config, sweep
+  refs, noisy = _systems(n=60)
+  runs = {"additive": [noisy(0.8), noisy(0.8)], "multiplicative": [noisy(0.4), noisy(0.4)]}
+  for arm, hyps in runs.items():
+    folder = sweep.group_dir(str(tmp_path), arm, 8)
+    os.makedirs(folder)
+    with open(os.path.join(folder, sweep.TRANSLATIONS), "w") as f:
+      json.dump({"references": refs, "hypotheses": hyps}, f)
+  cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8,))
+  cache = os.path.join(sweep.group_dir(str(tmp_path), "multiplicative", 8), "significance.json")
+
+  first = sweep.significance(str(tmp_path), cfg)[("multiplicative", 8)]
+  assert first["delta"] < -10 and len(first["deltas"]) == 2
+  with open(cache) as f:
+    stored = json.load(f)
+  assert stored["format"] == significance.FORMAT and stored["result"] == first
+
+  marked = {**stored, "result": {**first, "delta": 123.0}}  # a cache hit returns it as is
+  with open(cache, "w") as f:
+    json.dump(marked, f)
+  assert sweep.significance(str(tmp_path), cfg)[("multiplicative", 8)]["delta"] == 123.0
+  for stale in ({**marked, "format": significance.FORMAT - 1},   # an older result format
+                {**marked, "digest": "0" * 64}):                  # other translations
+    with open(cache, "w") as f:
+      json.dump(stale, f)
+    assert sweep.significance(str(tmp_path), cfg)[("multiplicative", 8)] == first
