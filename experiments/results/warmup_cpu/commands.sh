@@ -46,7 +46,7 @@ round2() {
 curves() {
   local d=experiments/results/warmup_cpu
   python -m experiments.plot_curves --out=$d/curves.png \
-    --run="quick table, 2 seeds, warm-up 100=experiments/results/quick_cpu/metrics/scaled_multiplicative_d128.jsonl" \
+    --run="quick table, 2 seeds, warm-up 100=experiments/results/quick_cpu_4248cfc_lr3e-3/metrics/scaled_multiplicative_d128.jsonl" \
     --run="4 seeds, warm-up 100=$d/round2/warmup100.metrics.jsonl" \
     --run="4 seeds, warm-up 500=$d/round2/warmup500.metrics.jsonl"
 }
