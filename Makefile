@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets itself up on first use and is idempotent.
-#   make ablation   quick attention-dimensionality ablation (CPU, 2 cores: about 2.5 hours; 155 min measured for 3500 steps)
+#   make ablation   quick attention-dimensionality ablation (CPU, 2 cores: about 2.3 hours; 138 min measured for 3500 steps, fa7146e)
 #   make test       the test suite (under 10 minutes on 2 CPU cores)
 PYTHON_SYS ?= python3
 VENV       ?= .venv
