@@ -13,6 +13,16 @@ The model protocol they use (implemented by both families):
   # every leaf of memory / carry is batch-leading.
   model.config.{pad_id, eos_id, sos_id}; model.max_decode_length (None = no cap)
 
+and, optionally, for beam search (without them every leaf of memory and
+carry is repeated per beam, and the carry's rows are gathered from the
+chosen parents every step):
+
+  memory, carry = model.init_beams(memory, carry, beam_size)  # rows B·K where needed
+  carry = model.reorder_beams(carry, parent)                  # parent int [B, K]
+
+The Transformer implements both, to keep one copy of the encoder memory per
+sentence (`Transformer.init_beams`).
+
 Output convention: int32 ids `[B, L]` where L = the static length limit;
 `<pad>` and `<sos>` are never produced (their logits are masked, and beam
 scores are log-probabilities renormalised over the other tokens);
@@ -215,7 +225,12 @@ def beam_search(model, src: jax.Array, *, beam_size: int = 4,
                          max_len_b=max_len_b)
   limit = _limits(src, cfg.pad_id, max_len_a, max_len_b, length)  # [B]
   memory, carry = model.init_decode(src, length)
-  memory, carry = _tile(memory, k), _tile(carry, k)
+  if hasattr(model, "init_beams"):
+    memory, carry = model.init_beams(memory, carry, k)
+    reorder = model.reorder_beams
+  else:
+    memory, carry = _tile(memory, k), _tile(carry, k)
+    reorder = lambda carry, parent: _gather_flat(carry, parent, k)
   vocab = cfg.vocab_size
   _check_attention(model, return_attention)
   att_shape = (batch, k, length, src_len) if return_attention else (batch, k, 0, 0)
@@ -259,7 +274,7 @@ def beam_search(model, src: jax.Array, *, beam_size: int = 4,
     if return_attention:
       alive_att = _gather(alive_att, parent)
       alive_att = alive_att.at[:, :, t].set(_gather(w, parent))
-    carry = _gather_flat(carry, parent, k)
+    carry = reorder(carry, parent)
 
     # 3) at the length limit the alive hypotheses finish as they are.
     at_limit = (t + 1 >= limit)[:, None] & active  # [B, 1]

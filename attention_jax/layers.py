@@ -40,7 +40,8 @@ from attention_jax.attention import attend, attention, compute_scores, select_im
 from attention_jax import registry
 from attention_jax import scores as scores_lib
 
-__all__ = ["SCORES", "GLOROT", "check_score", "Attention", "MultiHeadAttention", "dropout_key"]
+__all__ = ["SCORES", "GLOROT", "check_score", "Attention", "MultiHeadAttention", "dropout_key",
+           "beams_as_queries"]
 
 SCORES = registry.LAYER_SCORES
 
@@ -397,9 +398,7 @@ class MultiHeadAttention(nnx.Module):
         context = jnp.matmul(dropped.astype(v.dtype), v,
                              preferred_element_type=jnp.float32).astype(v.dtype)
       aux = {"scores": raw, "weights": weights} if return_weights else None
-    merged = jnp.swapaxes(context, -2, -3)  # [B, T, H, d_v]
-    merged = merged.reshape(merged.shape[:-2] + (-1,))  # [B, T, H·d_v]
-    return self.out(merged), aux
+    return self.out(_merge_heads(context)), aux  # [B, T, D_out]
 
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array | None = None, *,
                mask: jax.Array | None = None, deterministic: bool = True,
@@ -463,3 +462,16 @@ class MultiHeadAttention(nnx.Module):
     out, aux = self.attend(q, cache["keys"], cache["values"], mask=mask,
                            return_weights=return_weights)
     return out, cache, aux
+
+
+def _merge_heads(context):  # [B, H, T, d_v] -> [B, T, H·d_v]
+  merged = jnp.swapaxes(context, -2, -3)
+  return merged.reshape(merged.shape[:-2] + (-1,))
+
+
+def beams_as_queries(x, beams: int):
+  """`[B·K, H, 1, d]` -> `[B, H, K, d]`: the K beams of a sentence become K
+  query positions, so that cross attention reads one copy of the sentence's
+  encoder memory instead of K."""
+  bk, h, _, d = x.shape
+  return jnp.swapaxes(x.reshape(bk // beams, beams, h, d), 1, 2)

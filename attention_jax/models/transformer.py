@@ -26,6 +26,7 @@ from flax import nnx
 
 from attention_jax import masks
 from attention_jax import positional
+from attention_jax import layers
 from attention_jax.layers import GLOROT, SCORES, MultiHeadAttention, dropout_key
 from attention_jax.models import common
 
@@ -181,6 +182,9 @@ class DecoderLayer(_Block):
       deterministic / key: dropout switch and key.
       score_offset: `[B, H, T, S]` added to the cross-attention scores.
       cache / index: self-attention cache and the position being decoded.
+      With beam search x is `[B·K, 1, D]` (K hypotheses per sentence) while
+      `memory_kv` and `cross_mask` keep one copy per sentence: the K beams
+      are then K queries of the cross attention.
       self_aux: a list (training forward only) to which the self attention's
         `{'scores', 'weights'}` `[B, H, T, T]` is appended (it costs the
         fused kernel, so only diagnostics ask for it).
@@ -204,9 +208,17 @@ class DecoderLayer(_Block):
 
     def cross_attention(h):
       q = self.cross_attn.project_query(h)
-      return self.cross_attn.attend(
-          q, *memory_kv, mask=cross_mask, deterministic=deterministic,
-          dropout_key=k_cross, score_offset=score_offset, return_weights=True)
+      beams = q.shape[0] // memory_kv[0].shape[0]
+      if beams == 1:
+        return self.cross_attn.attend(
+            q, *memory_kv, mask=cross_mask, deterministic=deterministic,
+            dropout_key=k_cross, score_offset=score_offset, return_weights=True)
+      out, aux = self.cross_attn.attend(layers.beams_as_queries(q, beams), *memory_kv,
+                                        mask=cross_mask, return_weights=True)  # [B, K, D]
+      # back to one row per beam: [B·K, 1, D], weights [B·K, H, 1, S]
+      weights = jnp.swapaxes(aux["weights"], 1, 2).reshape(-1, aux["weights"].shape[1], 1,
+                                                           aux["weights"].shape[-1])
+      return out.reshape(-1, 1, out.shape[-1]), {"weights": weights}
 
     x, _ = self._residual(0, x, self_attention, deterministic, k_res1)
     x, cross_aux = self._residual(1, x, cross_attention, deterministic, k_res2)
@@ -313,7 +325,7 @@ class Transformer(nnx.Module):
 
   def __call__(self, src: jax.Array, tgt_in: jax.Array, *, deterministic: bool = True,
                rngs=None, score_offset: jax.Array | None = None,
-               return_max_logits: bool = False):
+               return_max_logits: bool = False, return_attention: bool = False):
     """Teacher-forced forward pass.
 
     Args:
@@ -327,6 +339,11 @@ class Transformer(nnx.Module):
         attention logit (over batch, heads and valid query/key pairs) of
         every layer: `{'encoder_self': [N_enc], 'decoder_self': [N],
         'cross': [N]}` float32 (self attention then takes the plain kernel).
+      return_attention: also return `aux['attention']`: for every kind
+        (`ATTENTION_KINDS`) a list over layers of `{'scores', 'weights'}`
+        `[B, H, T, S]` float32 with `key_valid` and `query_valid`, bool masks
+        broadcastable to them (padding and, for decoder self attention,
+        causality), for per-layer softmax diagnostics.
 
     Returns:
       `(logits [B, T, V] float32, aux)`; aux `scores` / `weights` float32
@@ -349,7 +366,8 @@ class Transformer(nnx.Module):
     if not deterministic and key is None and (c.dropout > 0 or c.attention_dropout > 0):
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
     k_enc, k_dec = common.split_key(key, 2)
-    encoder_aux = [] if return_max_logits else None
+    per_layer = return_max_logits or return_attention
+    encoder_aux = [] if per_layer else None
     memory = self._encode(src, deterministic, k_enc, encoder_aux)
 
     keys = common.split_key(k_dec, c.num_layers + 1)
@@ -359,7 +377,7 @@ class Transformer(nnx.Module):
     self_mask = masks.combine(masks.causal(t), tgt_valid[:, None, None, :])  # [B, 1, T, T]
     cross_mask = src_valid[:, None, None, :]  # [B, 1, 1, S]
     all_scores, all_weights = [], []
-    self_aux = [] if return_max_logits else None
+    self_aux = [] if per_layer else None
     for i, (layer, k) in enumerate(zip(self.decoder_layers, keys[1:])):
       x, cross, _ = layer(
           x, layer.cross_attn.project_kv(memory), self_mask=self_mask,
@@ -373,9 +391,20 @@ class Transformer(nnx.Module):
     aux = {"scores": jnp.stack(all_scores),  # [N, B, H, T, S]
            "weights": jnp.stack(all_weights),  # [N, B, H, T, S]
            "key_valid": src_valid[None, :, None, None, :]}  # [1, B, 1, 1, S]
+    query_valid = tgt_valid[:, None, :, None]  # [B, 1, T, 1]: padding queries left out
+    encoder_mask = masks.cross(src_valid, src_valid)  # [B, 1, S, S]
+    if return_attention:
+      def layers_of(auxes, key_valid, rows):
+        return [{"scores": a["scores"], "weights": a["weights"], "key_valid": key_valid,
+                 "query_valid": rows} for a in auxes]
+      aux["attention"] = {
+          "encoder_self": layers_of(encoder_aux, src_valid[:, None, None, :],
+                                    src_valid[:, None, :, None]),
+          "decoder_self": layers_of(self_aux, self_mask, query_valid),
+          "cross": layers_of([{"scores": s, "weights": w}
+                              for s, w in zip(all_scores, all_weights)],
+                             cross_mask, query_valid)}
     if return_max_logits:
-      query_valid = tgt_valid[:, None, :, None]  # [B, 1, T, 1]: padding queries left out
-      encoder_mask = masks.cross(src_valid, src_valid)  # [B, 1, S, S]
       aux["max_logits"] = {
           "encoder_self": jnp.stack([common.masked_max(a["scores"], encoder_mask)
                                      for a in encoder_aux]),  # [N_enc]
@@ -409,12 +438,32 @@ class Transformer(nnx.Module):
     return ({"kv": kv, "key_valid": masks.padding(src, self.config.pad_id)},
             {"cache": caches})
 
+  def init_beams(self, memory, carry, beam_size: int):
+    """`(memory, carry)` of `init_decode` made ready for `beam_size` beams
+    per sentence (`attention_jax.decoding.beam_search`).
+
+    The memory is not copied per beam: the cross-attention keys and values
+    are the same for every beam of a sentence, and `decode_step` lets the K
+    beams be K queries over one copy (at d_k = 1024 they are most of the
+    memory a beam search holds besides the self-attention caches). The
+    caches are repeated per beam and follow their parents (`reorder_beams`).
+    """
+    return memory, jax.tree.map(lambda x: jnp.repeat(x, beam_size, axis=0), carry)
+
+  def reorder_beams(self, carry, parent: jax.Array):
+    """The carry after beam search picks `parent [B, K]` (rows B·K)."""
+    k = parent.shape[1]
+    rows = (parent + k * jnp.arange(parent.shape[0])[:, None]).reshape(-1)  # [B·K]
+    return jax.tree.map(lambda x: jnp.take(x, rows, axis=0), carry)
+
   def decode_step(self, memory, carry, tokens: jax.Array, t):
     """One decoding step.
 
     Args:
-      memory / carry: from `init_decode` (or the previous step).
-      tokens: int `[B]`, the previous output token (`<sos>` at t = 0).
+      memory / carry: from `init_decode` (or the previous step), or from
+        `init_beams` (K beams per sentence, batch B·K).
+      tokens: int `[B]` (`[B·K]` with beams), the previous output token
+        (`<sos>` at t = 0).
       t: int32 scalar, the position being predicted (may be traced).
 
     Returns:

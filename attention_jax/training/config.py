@@ -80,6 +80,12 @@ class ExperimentConfig:
   dims: tuple[int, ...] = _field(
       (128, 256, 512, 1024), "attention dimensionalities a (size of W_1 h and W_2 s)")
   seeds: int = _field(4, "runs per (arm, dim), trained together as one vmapped program")
+  additive_max_dim: int = _field(
+      0, "largest dimension at which the additive arm runs (0 = all of --dims): per "
+      "query it evaluates a tanh of a values for every key")
+  baseline: str = _field(
+      "", "arm every other arm is tested against at the same dimension ('' = additive "
+      "when swept, else the first arm)")
   # --- model ---
   model: str = _field("rnn", "'rnn' (Britz Seq2Seq, Luong-style decoder) or 'transformer'")
   cell: str = _field("gru", "RNN cell: 'gru' or 'lstm'", family="rnn")
@@ -91,6 +97,9 @@ class ExperimentConfig:
   num_heads: int = _field(8, "Transformer heads", family="transformer")
   ff_dim: int = _field(2048, "Transformer d_ff", family="transformer")
   dropout: float = _field(0.2, "dropout on RNN cell inputs / Transformer sub-layers")
+  layer_norm: str = _field(
+      "post", "Transformer LayerNorm placement: 'post' (LayerNorm(x + Sublayer(x)), the "
+      "paper) or 'pre' (x + Sublayer(LayerNorm(x)))", family="transformer")
   dtype: str = _field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
   # --- data ---
   dataset: str = _field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
@@ -102,6 +111,7 @@ class ExperimentConfig:
   # --- optimisation ---
   steps: int = _field(20000, "training steps per run")
   learning_rate: float = _field(1e-3, "Adam peak learning rate")
+  adam_b2: float = _field(0.999, "Adam beta_2 (Vaswani et al. 2017: 0.98)")
   schedule: str = _field(
       "constant", "'constant' (after warm-up) or 'cosine' decay to 10% at the end")
   warmup_steps: int = _field(0, "linear warm-up steps")
@@ -112,7 +122,12 @@ class ExperimentConfig:
   val_beam_size: int = _field(0, "beam width of in-training validation BLEU (0 = beam_size)")
   length_penalty: float = _field(0.6, "GNMT length-penalty alpha")
   eval_every: int = _field(2000, "steps between validation-BLEU evaluations (best one is kept)")
-  eval_batch_size: int = _field(256, "sentences per evaluation batch (perplexity and decoding)")
+  eval_batch_size: int = _field(
+      256, "largest number of sentences per evaluation batch (perplexity and decoding); "
+      "smaller where a batch would not fit in --eval_memory_gb")
+  eval_memory_gb: float = _field(
+      0.0, "memory one evaluation program may use, GiB (0 = half the memory available "
+      "when the run starts, shared by the --workers)")
   eval_examples: int = _field(0, "validation sentences used during training (0 = all)")
   test_examples: int = _field(0, "test sentences for the final BLEU (0 = all)")
   diag_every: int = _field(200, "steps between softmax diagnostics (K)")
@@ -128,6 +143,7 @@ class ExperimentConfig:
     _choices("dtype", self.dtype, DTYPES)
     _choices("schedule", self.schedule, SCHEDULES)
     _choices("cell", self.cell, ("gru", "lstm"))
+    _choices("layer_norm", self.layer_norm, ("post", "pre"))
     _choices("dataset", self.dataset, input_pipeline.NAMES)
     if not self.arms:
       raise ValueError("`arms` must name at least one arm.")
@@ -143,7 +159,7 @@ class ExperimentConfig:
       if int(getattr(self, name)) <= 0:
         raise ValueError(f"`{name}` must be > 0, got {getattr(self, name)!r}.")
     for name in ("warmup_steps", "val_beam_size", "eval_examples", "test_examples",
-                 "max_minutes"):
+                 "max_minutes", "eval_memory_gb", "additive_max_dim"):
       if getattr(self, name) < 0:
         raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
     if not 0.0 <= self.dropout < 1.0:
@@ -151,7 +167,7 @@ class ExperimentConfig:
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r}.")
     for name in ("learning_rate", "clip_norm", "length_penalty", "max_minutes", "dropout",
-                 "label_smoothing"):
+                 "label_smoothing", "adam_b2", "eval_memory_gb"):
       if not math.isfinite(getattr(self, name)):
         raise ValueError(f"`{name}` must be a finite number, got {getattr(self, name)!r}.")
     # Adam's step is ~learning_rate per parameter whatever the gradient: above
@@ -160,17 +176,27 @@ class ExperimentConfig:
     if not 0 < self.learning_rate <= MAX_LEARNING_RATE:
       raise ValueError(f"`learning_rate` must be in (0, {MAX_LEARNING_RATE}], "
                        f"got {self.learning_rate!r}.")
+    if not 0.0 <= self.adam_b2 < 1.0:
+      raise ValueError(f"`adam_b2` must be in [0, 1), got {self.adam_b2!r}.")
     if self.clip_norm <= 0:
       raise ValueError(f"`clip_norm` must be > 0, got {self.clip_norm!r}.")
     if self.model == "transformer" and self.hidden_dim % self.num_heads:
       raise ValueError(f"`hidden_dim` ({self.hidden_dim}) must be divisible by "
                        f"`num_heads` ({self.num_heads}) for the Transformer.")
+    if self.baseline and self.baseline not in self.arms:
+      raise ValueError(f"`baseline` {self.baseline!r} is not one of `arms` {self.arms!r}.")
     if self.model == "transformer" and set(self.arms) & set(registry.NO_ATTENTION_ARMS):
       raise ValueError(f"arms {registry.NO_ATTENTION_ARMS} exist only for `model=rnn`.")
 
   def sweep(self) -> tuple[Arm, ...]:
-    """Every (arm, dim) point, arms outer, in the order of `arms` and `dims`."""
-    return tuple(Arm.of(arm, dim) for arm in self.arms for dim in self.dims)
+    """Every (arm, dim) point, arms outer, in the order of `arms` and `dims`
+    (the additive arm only up to `additive_max_dim`)."""
+    return tuple(Arm.of(arm, dim) for arm in self.arms for dim in self.dims
+                 if self.runs(arm, dim))
+
+  def runs(self, arm: str, dim: int) -> bool:
+    """Whether the sweep trains `arm` at `dim`."""
+    return not (arm == "additive" and self.additive_max_dim and dim > self.additive_max_dim)
 
   def replace(self, **changes) -> "ExperimentConfig":
     return dataclasses.replace(self, **changes)
@@ -191,7 +217,8 @@ def check_family(model: str, given) -> None:
 
 # Fields that cannot be a `--sweep` axis: `arms` and `dims` are the sweep's
 # own axes, and the rest do not change a run's numbers (or name its data).
-UNSWEEPABLE = ("arms", "dims", "max_minutes", "log_every", "workers", "data_dir")
+UNSWEEPABLE = ("arms", "dims", "max_minutes", "log_every", "workers", "data_dir",
+               "eval_batch_size", "eval_memory_gb")
 
 
 def parse_axis(text: str) -> tuple[str, tuple]:
@@ -296,6 +323,28 @@ PRESETS: dict[str, dict[str, Any]] = {
         learning_rate=1e-3, warmup_steps=100, beam_size=4, val_beam_size=1,
         eval_every=250, eval_examples=200, test_examples=500, diag_every=100,
         checkpoint_every=250, log_every=250, workers=2),
+    # The Transformer's d_k ablation on CPU (`make ablation-transformer`):
+    # Vaswani et al.'s question, why divide by sqrt(d_k). A small post-LN
+    # Transformer (d_model 128, 2 heads, d_v 64, d_ff 512, 2 + 2 layers) on
+    # the quick preset's data (Bible en->es, the same 2k-piece tokenizer,
+    # pairs of <= 32 tokens), the paper's recipe shape (Adam beta_2 0.98,
+    # 400 warm-up steps, label smoothing 0.1, dropout 0.1) at a constant
+    # lr 2e-3 after warm-up, every arm alike. Only d_k varies (16, 128,
+    # 1024); the additive score runs to d_k 128 (at 1024 its per-head tanh
+    # over [B, H, T, S, d_k] makes a step several times the others'). Two
+    # heads, not four: at d_k 1024 the Q/K projections (d_model x H d_k)
+    # are most of a step, so two heads halve the sweep's longest runs.
+    # Greedy validation on 200 verses every 250 steps, beam 4 on 500 test
+    # verses at the end; significance against scaled_dot.
+    "transformer": dict(
+        model="transformer",
+        arms=("dot", "scaled_dot", "inverse_dim", "qk_norm", "additive"),
+        dims=(16, 128, 1024), additive_max_dim=128, baseline="scaled_dot",
+        seeds=2, dataset="bible_en_es", vocab_size=2000, hidden_dim=128, num_heads=2,
+        ff_dim=512, encoder_layers=2, decoder_layers=2, dropout=0.1, label_smoothing=0.1,
+        batch_size=64, max_length=32, steps=1500, learning_rate=2e-3, adam_b2=0.98,
+        warmup_steps=400, beam_size=4, val_beam_size=1, eval_every=250, eval_examples=200,
+        test_examples=500, diag_every=100, checkpoint_every=250, log_every=250, workers=2),
     # The full 3 x 4 x 4 sweep on the Bible corpus with the Britz-base RNN
     # scaled to the corpus, for one H100 in <= 25 minutes; run it in pieces of
     # < 9 minutes with --max_minutes=8 (each re-run resumes).

@@ -14,7 +14,8 @@ For a batch of cross-attention logits and weights these return:
                    batch: the number large-model trainers watch for
                    attention-logit growth (Wortsman et al. 2023; MaxText's
                    QK-clip); for the Transformer also per layer and kind,
-                   `max_logit_<encoder_self|decoder_self|cross>_l<i>`
+                   `max_logit_<encoder_self|decoder_self|cross>_l<i>`, and
+                   so for every statistic here (`per_layer_stats`)
   grad_norm        L2 norm of d loss / d logits over the whole batch (filled in
                    by the trainer, which owns the loss)
 and, from a `qk_norm` model's parameters (`qk_norm_gains`):
@@ -77,11 +78,17 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
   }
 
 
-def per_layer_max_logits(max_logits: dict[str, jax.Array]) -> dict[str, jax.Array]:
-  """`{'cross': [N], ...}` (the Transformer's `aux['max_logits']`) ->
-  flat scalars `max_logit_cross_l0`, ... for the metrics log."""
-  return {layer_metric("max_logit", kind, i): peaks[i]
-          for kind, peaks in max_logits.items() for i in range(peaks.shape[0])}
+def per_layer_stats(attention: dict[str, list]) -> dict[str, jax.Array]:
+  """The Transformer's `aux['attention']` (per kind, a list over layers of
+  `{'scores', 'weights', 'key_valid', 'query_valid'}`) -> `softmax_stats` of
+  every module, flat: `logit_std_cross_l0`, `entropy_encoder_self_l1`,
+  `saturated_decoder_self_l0`, `max_logit_cross_l1`, ..."""
+  out = {}
+  for kind, layers in attention.items():
+    for i, a in enumerate(layers):
+      stats = softmax_stats(a["scores"], a["weights"], a["key_valid"], a["query_valid"])
+      out.update({layer_metric(name, kind, i): value for name, value in stats.items()})
+  return out
 
 
 def layer_metric(prefix: str, kind: str, layer: int) -> str:

@@ -51,7 +51,10 @@ from attention_jax.training.config import ExperimentConfig
 
 # Fields that may differ between a run and its resumption without changing
 # its numbers.
-RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every", "workers")
+# Fields that do not change a run's numbers: a run resumes under other values.
+# (The evaluation batch only groups sentences; it is chosen to fit in memory.)
+RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every", "workers", "eval_batch_size",
+                    "eval_memory_gb", "additive_max_dim", "baseline")
 TRANSLATIONS = "test_translations.json"
 
 
@@ -88,7 +91,10 @@ def finished_rows(workdir: str, cfg: ExperimentConfig) -> list[dict]:
 
 
 def baseline_arm(cfg: ExperimentConfig) -> str:
-  """The arm the others are tested against: additive when swept, else the first."""
+  """The arm the others are tested against: `cfg.baseline`, else additive
+  when swept, else the first."""
+  if cfg.baseline:
+    return cfg.baseline
   return "additive" if "additive" in cfg.arms else cfg.arms[0]
 
 
@@ -482,7 +488,10 @@ def _check(run_dir: str, fp: dict, write: bool = True) -> int | None:
   if os.path.exists(path):
     with open(path) as f:
       old = json.load(f)
-    diff = {k: (old.get(k), v) for k, v in fp.items() if old.get(k) != v}
+    # A setting added to the config after the folder was made ran at its default.
+    defaults = fingerprint(ExperimentConfig(), fp["arm"], fp["dim"])
+    diff = {k: (old.get(k, defaults.get(k)), v) for k, v in fp.items()
+            if old.get(k, defaults.get(k)) != v}
     if set(diff) == {"steps"}:
       why = _why_not_extended(old, fp)
       if why is None:

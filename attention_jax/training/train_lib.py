@@ -70,7 +70,8 @@ def model_for(cfg: ExperimentConfig, arm: Arm, data):
   return models.Transformer, models.TransformerConfig(
       num_layers=cfg.decoder_layers, encoder_layers=cfg.encoder_layers,
       d_model=cfg.hidden_dim, num_heads=cfg.num_heads, d_ff=cfg.ff_dim, score=arm.score,
-      attention_dim=arm.attention_dim, max_length=transformer_positions(data), **special)
+      attention_dim=arm.attention_dim, pre_layer_norm=cfg.layer_norm == "pre",
+      max_length=transformer_positions(data), **special)
 
 
 def transformer_positions(data) -> int:
@@ -99,9 +100,9 @@ def learning_rate_schedule(cfg: ExperimentConfig) -> optax.Schedule:
 
 
 def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
-  """Adam on `learning_rate_schedule`, with global-norm clipping."""
+  """Adam (β₂ = `adam_b2`) on `learning_rate_schedule`, with global-norm clipping."""
   return optax.chain(optax.clip_by_global_norm(cfg.clip_norm),
-                     optax.adam(learning_rate_schedule(cfg)))
+                     optax.adam(learning_rate_schedule(cfg), b2=cfg.adam_b2))
 
 
 # ----------------------------------------------------------------------------
@@ -161,10 +162,78 @@ class EnsembleTrainer:
     self._diag_step = self._build_diag_step()
     self.val_beam_size = cfg.val_beam_size or cfg.beam_size
     self._decoders = {}  # (beam size, return_attention) -> compiled decoder
+    self._eval_batches = {}  # (program, split) -> sentences per batch (`eval_batch_size`)
     self._members_finite = jax.jit(lambda params: functools.reduce(
         jnp.logical_and, [jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1)
                           for x in jax.tree.leaves(params)]))  # [E]
     self.diverged_loss = DIVERGED_LOSS_FACTOR * math.log(self.tok.vocab_size)
+
+  # --- evaluation memory -------------------------------------------------
+
+  def eval_batch_size(self, program: str, split: str) -> int:
+    """Sentences per batch of one evaluation program on `split`: `cfg.eval_batch_size`,
+    or fewer where its compiled program would need more than `memory_budget()`.
+
+    `program` is 'perplexity' or 'beam<K>' (K = 1: greedy). The program is
+    compiled for the split's longest batch (`batching.padded_length` of its
+    longest source and target) and XLA's memory analysis (arguments,
+    outputs and temporaries) is read: decoding holds a key/value cache of
+    `heads × d_k × output length` per hypothesis and layer, which at d_k =
+    1024 and beam 4 needs ~20 GB for 256 sentences. A ValueError, naming the
+    budget, if even one sentence does not fit. With the batch sharded over
+    several devices, `cfg.eval_batch_size` as it is.
+    """
+    key = (program, split)
+    if self.mesh is not None and self.mesh.size > 1:
+      return self.cfg.eval_batch_size  # sharded over devices: each holds a share
+    if key not in self._eval_batches:
+      budget = self.memory_budget()
+      size = self.cfg.eval_batch_size
+      while True:
+        need = self._program_bytes(program, split, size)
+        if need <= budget:
+          break
+        if size == 1:
+          raise ValueError(
+              f"{self.arm.label}: {program} on {split} needs {need / 2**30:.1f} GiB for "
+              f"one sentence, over the evaluation budget of {budget / 2**30:.1f} GiB "
+              "(--eval_memory_gb); raise it or make the model smaller.")
+        size = max(1, min(size // 2, int(size * budget / need)))
+      self._eval_batches[key] = size
+    return self._eval_batches[key]
+
+  def memory_budget(self) -> int:
+    """Bytes one evaluation program may use: `--eval_memory_gb`, or half the
+    memory the system has available now, shared by the `--workers`."""
+    if self.cfg.eval_memory_gb:
+      return int(self.cfg.eval_memory_gb * 2**30)
+    return int(0.5 * available_memory() / max(self.cfg.workers, 1))
+
+  def _program_bytes(self, program: str, split: str, size: int) -> int:
+    src_ids, tgt_ids = self.data.token_ids(split)
+    s = int(batching.padded_length(int(src_ids.lengths.max(initial=0)) + 1))
+    t = int(batching.padded_length(int(tgt_ids.lengths.max(initial=0)) + 1))
+    ints = lambda n: jax.ShapeDtypeStruct((size, n), jnp.int32)
+    if program == "perplexity":
+      lowered = self._eval_step.lower(self.params, self.rest, ints(s), ints(t), ints(t))
+    else:
+      lowered = self._decoder(int(program.removeprefix("beam"))).lower(
+          self.params, self.rest, ints(s))
+    memory = lowered.compile().memory_analysis()
+    return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+               + memory.temp_size_in_bytes)
+
+  def check_eval_memory(self, log: Callable[[str], None] = print) -> None:
+    """Chooses every evaluation batch before training (so a run that cannot
+    evaluate stops before the work it would lose) and logs the reduced ones."""
+    for program, split in ((f"beam{self.val_beam_size}", "validation"),
+                           ("perplexity", "validation"),
+                           (f"beam{self.cfg.beam_size}", "test")):
+      size = self.eval_batch_size(program, split)
+      if size < self.cfg.eval_batch_size:
+        log(f"[{self.arm.label}] {program} on {split}: {size} sentences per batch "
+            f"(not {self.cfg.eval_batch_size}) to fit the evaluation budget of "
+            f"{self.memory_budget() / 2**30:.1f} GiB")
 
   def mark_diverged(self, bad, step: int, why: str, log: Callable[[str], None] = print):
     """Records members flagged in `bad [E]` as diverged at `step` (first time only)."""
@@ -209,8 +278,8 @@ class EnsembleTrainer:
   def _build_diag_step(self):
     pad, ls = self.tok.pad_id, self.cfg.label_smoothing
 
-    # The Transformer also reports the largest logit of every layer and kind.
-    per_layer = dict(return_max_logits=True) if self.cfg.model == "transformer" else {}
+    # The Transformer also reports every statistic per layer and kind.
+    per_layer = dict(return_attention=True) if self.cfg.model == "transformer" else {}
 
     def member(params, rest, src, tgt_in, tgt_out):
       model_out = lambda off: self._apply(params, rest, src, tgt_in, deterministic=True,
@@ -232,8 +301,8 @@ class EnsembleTrainer:
       stats = diagnostics.softmax_stats(aux["scores"], aux["weights"], aux["key_valid"],
                                         query_valid)
       stats["grad_norm"] = jnp.sqrt(jnp.sum(jnp.square(grad)))
-      if "max_logits" in aux:
-        stats.update(diagnostics.per_layer_max_logits(aux["max_logits"]))
+      if "attention" in aux:
+        stats.update(diagnostics.per_layer_stats(aux["attention"]))
       if self.arm.score == "qk_norm":  # its logits are bounded by the learned g
         stats.update(diagnostics.qk_norm_gains(params))
       return stats
@@ -301,8 +370,8 @@ class EnsembleTrainer:
     n = len(sources) if not limit else min(limit, len(sources))
     decode = self._decoder(beam_size)
     hyps = [[""] * n for _ in self.seeds]
-    for batch in self.data.batches(split, self.cfg.eval_batch_size, shuffle=False,
-                                   repeat=False, limit=n):
+    for batch in self.data.batches(split, self.eval_batch_size(f"beam{beam_size}", split),
+                                   shuffle=False, repeat=False, limit=n):
       (src,) = self._put(batch.src)
       tokens = multihost.to_host(decode(params, self.rest, src))  # [E, B, L]
       for row, index in enumerate(batch.index):
@@ -320,8 +389,8 @@ class EnsembleTrainer:
     """Teacher-forced perplexity per target token (EOS included, padding
     excluded) over the whole split, per member, `[E]`: exp(Σ NLL / #tokens)."""
     nll, ntok = np.zeros(len(self.seeds)), 0.0
-    for batch in self.data.batches(split, self.cfg.eval_batch_size, shuffle=False,
-                                   repeat=False):
+    for batch in self.data.batches(split, self.eval_batch_size("perplexity", split),
+                                   shuffle=False, repeat=False):
       src, tgt_in, tgt_out = self._teacher_forced(batch)
       batch_nll, batch_ntok = self._eval_step(params, self.rest, src, tgt_in, tgt_out)
       nll += multihost.to_host(batch_nll).astype(np.float64)
@@ -376,6 +445,7 @@ class EnsembleTrainer:
       self.best_step = np.asarray(meta["best_step"], np.int64)
       self.diverged_at = np.asarray(meta.get("diverged_at", self.diverged_at), np.int64)
       log(f"[{self.arm.label}] resumed at step {meta['step']}")
+    self.check_eval_memory(log)
     board = board_lib.Board(run_dir, self.seeds, start_step=meta["step"],
                             enabled=multihost.is_primary(), log=log)
     metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log,
@@ -499,6 +569,19 @@ class EnsembleTrainer:
       if i == self.tok.eos_id:
         break
     return out
+
+
+def available_memory() -> int:
+  """Bytes of memory the system can still give (Linux `MemAvailable`; with no
+  /proc/meminfo, the physical memory)."""
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _global_array(x, sharding):
