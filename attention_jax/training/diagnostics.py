@@ -78,15 +78,26 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
   }
 
 
-def per_layer_stats(attention: dict[str, list]) -> dict[str, jax.Array]:
+def per_layer_stats(attention: dict[str, list],
+                    target_valid: jax.Array | None = None) -> dict[str, jax.Array]:
   """The Transformer's `aux['attention']` (per kind, a list over layers of
   `{'scores', 'weights', 'key_valid', 'query_valid'}`) -> `softmax_stats` of
   every module, flat: `logit_std_cross_l0`, `entropy_encoder_self_l1`,
-  `saturated_decoder_self_l0`, `max_logit_cross_l1`, ..."""
+  `saturated_decoder_self_l0`, `max_logit_cross_l1`, ...
+
+  `target_valid [B, T]` (the gold outputs that are not padding) replaces
+  the decoder's query rows: the model only sees its inputs, where the
+  `<eos>` shifted in after the last gold token is a real token whose
+  prediction is padding, so the global statistics and these count the same
+  rows.
+  """
   out = {}
   for kind, layers in attention.items():
     for i, a in enumerate(layers):
-      stats = softmax_stats(a["scores"], a["weights"], a["key_valid"], a["query_valid"])
+      rows = a["query_valid"]
+      if target_valid is not None and kind != "encoder_self":
+        rows = target_valid[:, None, :, None]  # [B, 1, T, 1]
+      stats = softmax_stats(a["scores"], a["weights"], a["key_valid"], rows)
       out.update({layer_metric(name, kind, i): value for name, value in stats.items()})
   return out
 

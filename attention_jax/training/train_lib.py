@@ -174,10 +174,11 @@ class EnsembleTrainer:
     """Sentences per batch of one evaluation program on `split`: `cfg.eval_batch_size`,
     or fewer where its compiled program would need more than `memory_budget()`.
 
-    `program` is 'perplexity' or 'beam<K>' (K = 1: greedy). The program is
-    compiled for the split's longest batch (`batching.padded_length` of its
-    longest source and target) and XLA's memory analysis (arguments,
-    outputs and temporaries) is read: decoding holds a key/value cache of
+    `program` is 'perplexity' or 'beam<K>' (K = 1: greedy), traced for the
+    split's longest batch (`batching.padded_length` of its longest source
+    and target). Its size is a cheap upper bound (`jaxpr_bytes`) when that
+    fits, else XLA's memory analysis of the compiled program (arguments,
+    outputs and temporaries). It matters because decoding holds a key/value cache of
     `heads × d_k × output length` per hypothesis and layer, which at d_k =
     1024 and beam 4 needs ~20 GB for 256 sentences. A ValueError, naming the
     budget, if even one sentence does not fit. With the batch sharded over
@@ -187,20 +188,36 @@ class EnsembleTrainer:
     if self.mesh is not None and self.mesh.size > 1:
       return self.cfg.eval_batch_size  # sharded over devices: each holds a share
     if key not in self._eval_batches:
-      budget = self.memory_budget()
-      size = self.cfg.eval_batch_size
-      while True:
-        need = self._program_bytes(program, split, size)
-        if need <= budget:
-          break
-        if size == 1:
-          raise ValueError(
-              f"{self.arm.label}: {program} on {split} needs {need / 2**30:.1f} GiB for "
-              f"one sentence, over the evaluation budget of {budget / 2**30:.1f} GiB "
-              "(--eval_memory_gb); raise it or make the model smaller.")
-        size = max(1, min(size // 2, int(size * budget / need)))
-      self._eval_batches[key] = size
+      self._eval_batches[key] = self._largest_fitting_batch(program, split)
     return self._eval_batches[key]
+
+  def _largest_fitting_batch(self, program: str, split: str) -> int:
+    """The largest batch up to `cfg.eval_batch_size` whose program fits the
+    budget: memory grows linearly with the batch, so a line through the
+    sizes measured so far proposes the next, kept strictly between the
+    largest size known to fit and the smallest known not to."""
+    budget = self.memory_budget()
+    fits, fails = 0, self.cfg.eval_batch_size + 1
+    size, seen = self.cfg.eval_batch_size, {}
+    while fails - fits > 1:
+      seen[size] = self._program_bytes(program, split, size)
+      if seen[size] <= budget:
+        fits = size
+      else:
+        fails = size
+      if fails - fits <= 1:
+        break
+      (b0, m0), (b1, m1) = sorted(seen.items())[:1] * 2 if len(seen) == 1 else sorted(
+          seen.items(), key=lambda kv: abs(kv[1] - budget))[:2]
+      slope = (m1 - m0) / (b1 - b0) if b1 != b0 else m0 / b0
+      guess = int(b0 + (budget - m0) / slope) if slope > 0 else fits + 1
+      size = min(max(guess, fits + 1), fails - 1)
+    if fits == 0:
+      raise ValueError(
+          f"{self.arm.label}: {program} on {split} needs {seen[1] / 2**30:.1f} GiB for "
+          f"one sentence, over the evaluation budget of {budget / 2**30:.1f} GiB "
+          "(--eval_memory_gb); raise it or make the model smaller.")
+    return fits
 
   def memory_budget(self) -> int:
     """Bytes one evaluation program may use: `--eval_memory_gb`, or half the
@@ -215,11 +232,17 @@ class EnsembleTrainer:
     t = int(batching.padded_length(int(tgt_ids.lengths.max(initial=0)) + 1))
     ints = lambda n: jax.ShapeDtypeStruct((size, n), jnp.int32)
     if program == "perplexity":
-      lowered = self._eval_step.lower(self.params, self.rest, ints(s), ints(t), ints(t))
+      traced = self._eval_step.trace(self.params, self.rest, ints(s), ints(t), ints(t))
     else:
-      lowered = self._decoder(int(program.removeprefix("beam"))).lower(
+      traced = self._decoder(int(program.removeprefix("beam"))).trace(
           self.params, self.rest, ints(s))
-    memory = lowered.compile().memory_analysis()
+    # Every value the program makes, summed, twice over (a loop's carry
+    # exists as input and output of its body) bounds what it can hold at
+    # once; when that bound fits, the compiler's own count is not needed.
+    bound = 2 * jaxpr_bytes(traced.jaxpr)
+    if bound <= self.memory_budget():
+      return bound
+    memory = traced.lower().compile().memory_analysis()
     return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
                + memory.temp_size_in_bytes)
 
@@ -302,7 +325,7 @@ class EnsembleTrainer:
                                         query_valid)
       stats["grad_norm"] = jnp.sqrt(jnp.sum(jnp.square(grad)))
       if "attention" in aux:
-        stats.update(diagnostics.per_layer_stats(aux["attention"]))
+        stats.update(diagnostics.per_layer_stats(aux["attention"], tgt_out != pad))
       if self.arm.score == "qk_norm":  # its logits are bounded by the learned g
         stats.update(diagnostics.qk_norm_gains(params))
       return stats
@@ -569,6 +592,39 @@ class EnsembleTrainer:
       if i == self.tok.eos_id:
         break
     return out
+
+
+def jaxpr_bytes(jaxpr) -> int:
+  """Bytes of every input and every value computed in `jaxpr` (a `ClosedJaxpr`
+  or `Jaxpr`), with the bodies of loops, branches and nested calls counted
+  once each: an upper bound on what the program holds live at any time,
+  apart from a loop's carry being both input and output. 0 for None."""
+  if jaxpr is None:
+    return 0
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+
+  def size(var):
+    aval = getattr(var, "aval", None)
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+      return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+  def subs(value):
+    if hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
+      yield value
+    elif isinstance(value, (tuple, list)):
+      for v in value:
+        yield from subs(v)
+
+  total = sum(size(v) for v in list(jaxpr.invars) + list(jaxpr.constvars))
+  for eqn in jaxpr.eqns:
+    total += sum(size(v) for v in eqn.outvars)
+    for value in eqn.params.values():
+      for sub in subs(value):
+        inner = getattr(sub, "jaxpr", sub)
+        total += jaxpr_bytes(inner) - sum(size(v) for v in inner.invars)
+  return total
 
 
 def available_memory() -> int:

@@ -217,3 +217,53 @@ def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, a
     assert per_layer == {"max_logit_encoder_self_l0", "max_logit_decoder_self_l0",
                          "max_logit_cross_l0"}
     np.testing.assert_allclose(stats["max_logit_cross_l0"], stats["max_logit"], rtol=1e-6)
+
+
+def _big_dk_trainer(**kw):
+  cfg = _cfg(model="transformer", arms=("dot",), dims=(512,), hidden_dim=16, num_heads=2,
+             eval_batch_size=64, beam_size=4, **kw)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  return train_lib.EnsembleTrainer(cfg, config.Arm.of("dot", 512), data, (0,))
+
+
+def test_evaluation_batches_are_chosen_to_fit_the_memory_budget(tmp_path):
+  # A budget no sentence fits in: one line naming the flag, before any training.
+  tiny = _big_dk_trainer(eval_memory_gb=1e-6)
+  with pytest.raises(ValueError, match=r"beam4 on test needs .* GiB for one sentence.*"
+                                       r"--eval_memory_gb"):
+    tiny.eval_batch_size("beam4", "test")
+  with pytest.raises(ValueError, match="eval_memory_gb"):
+    tiny.run(str(tmp_path / "run"))
+  assert not os.path.exists(tmp_path / "run" / "checkpoints" / "1")
+  # XLA's memory analysis of the beam-4 test decoding of 64 sentences (the
+  # tiny budget forces the compiled figure, not the bound).
+  need = tiny._program_bytes("beam4", "test", 64)
+  budget = need / 3
+  trainer = _big_dk_trainer(eval_memory_gb=budget / 2**30)
+  size = trainer.eval_batch_size("beam4", "test")
+  assert 1 <= size < 64
+  assert trainer._program_bytes("beam4", "test", size) <= budget
+  assert trainer._program_bytes("beam4", "test", 2 * size) > budget  # not needlessly small
+  # and the decoding it chose runs and translates every test sentence
+  hyps, refs = trainer.translate(trainer.params, "test", 0, 4)
+  assert len(hyps[0]) == len(refs) == len(trainer.data.texts("test")[0])
+
+
+def test_transformer_diagnostics_cover_every_layer_and_kind():
+  cfg = _cfg(model="transformer", arms=("scaled_dot",), hidden_dim=16, num_heads=2,
+             encoder_layers=2, decoder_layers=1)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("scaled_dot", 8), data, (0, 1))
+  stats = trainer.diagnose(next(trainer._train_batches(0)))
+  kinds = {"encoder_self": 2, "decoder_self": 1, "cross": 1}
+  for name in ("logit_std", "entropy", "saturated", "max_logit"):
+    per_layer = {k for k in stats if k.startswith(name + "_") and k[len(name) + 1:].split(
+        "_l")[0] in kinds}
+    assert per_layer == {f"{name}_{kind}_l{i}" for kind, n in kinds.items()
+                         for i in range(n)}, name
+    # one decoder layer: its cross attention is the whole of the global statistic
+    np.testing.assert_allclose(stats[f"{name}_cross_l0"], stats[name], rtol=1e-5)
+  for kind, n in kinds.items():
+    for i in range(n):
+      assert np.all((0 < stats[f"entropy_{kind}_l{i}"]) & (stats[f"entropy_{kind}_l{i}"] <= 1))
+      assert np.all((0 <= stats[f"saturated_{kind}_l{i}"]) & (stats[f"saturated_{kind}_l{i}"] <= 1))
