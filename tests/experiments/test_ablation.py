@@ -212,3 +212,31 @@ def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_pat
   assert _numbers(_rows(parallel)) == _numbers(_rows(serial))
   assert open(os.path.join(parallel, "table.md")).read() == open(
       os.path.join(serial, "table.md")).read()
+
+
+def test_transformer_preset_end_to_end_at_smoke_size(tmp_path):
+  # The `transformer` preset's recipe (Adam beta_2 0.98, warm-up, label
+  # smoothing, post-LN, scaled_dot baseline, additive capped in d_k) on the
+  # copy task at toy size: two arms, two d_k, additive only at the smaller.
+  workdir = str(tmp_path / "t")
+  proc = _driver("ablation", "--preset=transformer", "--dataset=copy", "--arms=scaled_dot,additive",
+                 "--dims=4,8", "--additive_max_dim=4", "--hidden_dim=16", "--ff_dim=32",
+                 "--encoder_layers=1", "--decoder_layers=1", "--steps=20", "--warmup_steps=5",
+                 "--eval_every=10", "--diag_every=10", "--checkpoint_every=10",
+                 "--log_every=10", "--eval_examples=16", "--test_examples=16",
+                 "--batch_size=16", "--max_length=12", "--workers=1", f"--workdir={workdir}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = _rows(workdir)
+  assert {(r["arm"], r["dim"]) for r in rows} == {
+      ("scaled_dot", 4), ("scaled_dot", 8), ("additive", 4)}
+  assert all(r["model"] == "transformer" and r["steps"] == 20 for r in rows)
+  config = json.load(open(os.path.join(workdir, "runs", "scaled_dot_d8", "config.json")))
+  assert (config["adam_b2"], config["label_smoothing"], config["layer_norm"]) == (0.98, 0.1,
+                                                                                    "post")
+  diag = rows[0]["diagnostics"]
+  for kind in ("encoder_self", "decoder_self", "cross"):
+    for stat in ("logit_std", "entropy", "saturated", "max_logit"):
+      assert f"{stat}_{kind}_l0" in diag
+  table = open(os.path.join(workdir, "table.md")).read()
+  assert "additive − scaled_dot" in table  # significance against the preset's baseline
+  assert "| 8 |" in table and "–" in table  # additive stops at d_k = 4
