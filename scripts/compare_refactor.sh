@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Same outputs on the same seeds before and after a refactor (issue 11):
-#   experiments/results/refactor_check/compare.sh 64f6691   # from the repository root
+# Same outputs on the same seeds before and after a refactor:
+#   scripts/compare_refactor.sh 64f6691   # from the repository root
+# (its output for the refactor of commit db6c306: results/archive/refactor_check/)
 # Runs a small smoke sweep (3 arms, a=8, 2 seeds, 40 steps) with the code of
 # commit $1 (a temporary git worktree) and with the working tree, then compares
 # results.jsonl (every field but train_seconds) and table.md.

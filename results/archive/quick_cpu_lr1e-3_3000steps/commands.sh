@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The quick preset at lr 1e-3 (issue 9, fourth round). Why: issue 13's
-# learning-rate grid (experiments/results/lr_cpu/) shows the scaled baseline's
+# The quick preset at lr 1e-3 (the fourth recipe of the quick preset). Why: the
+# learning-rate grid (results/lr_cpu/) shows the scaled baseline's
 # own softmax saturating at the quick preset's lr 3e-3 (largest share of
 # saturated validation rows over training 37-93% at a = 128 and 66-78% at
 # a = 1024; one of the two a = 128 runs stalled at 5.82 test BLEU) but not at

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Warm-up probe for the quick preset (issue 9, third round). In the quick table
+# Warm-up probe for the quick preset (its third recipe round, lr 3e-3). In the quick table
 # of commit 4248cfc, scaled_multiplicative a = 128 seed 0 saturated early (48%
 # of validation query rows with max weight > 0.99 at step 400, 83% at step 500,
 # right after the 100 warm-up steps at lr 3e-3) and never recovered (test BLEU
@@ -8,8 +8,8 @@
 # warm-up length on that baseline with four seeds (0-3; all seeds see the same
 # batches), 1000 steps, softmax diagnostics every 100 steps, greedy validation
 # BLEU on 200 verses every 500 steps. Code of commit bd8e044; run from the
-# repository root: `bash experiments/results/warmup_cpu/commands.sh round1` (writes
-# /tmp/warm/<name>/ and /tmp/warm/<name>.log; W<k>.metrics.jsonl here is each
+# repository root: `bash results/archive/warmup_cpu/commands.sh round1` (writes
+# /tmp/warm/<name>/ and /tmp/warm/<name>.log; metrics/W<k>.jsonl here is each
 # run's runs/scaled_multiplicative_d128/metrics.jsonl).
 probe() {
   local name=$1; shift
@@ -41,14 +41,14 @@ round2() {
 }
 # Outputs kept here: round2/ holds the grid's table.md, results.jsonl,
 # sweep_warmup_steps.png, max_logit.png, each point's metrics.jsonl
-# (warmup<N>.metrics.jsonl) and the log. `curves` draws the validation curves
+# (metrics/warmup<N>.jsonl) and the log. `curves` draws the validation curves
 # (seeds averaged) beside the quick table's run of the same cell.
 curves() {
-  local d=experiments/results/warmup_cpu
+  local d=results/archive/warmup_cpu
   python -m experiments.plot_curves --out=$d/curves.png \
-    --run="quick table, 2 seeds, warm-up 100=experiments/results/quick_cpu_4248cfc_lr3e-3/metrics/scaled_multiplicative_d128.jsonl" \
-    --run="4 seeds, warm-up 100=$d/round2/warmup100.metrics.jsonl" \
-    --run="4 seeds, warm-up 500=$d/round2/warmup500.metrics.jsonl"
+    --run="quick table, 2 seeds, warm-up 100=results/archive/quick_cpu_lr3e-3_2500steps/metrics/scaled_multiplicative_d128.jsonl" \
+    --run="4 seeds, warm-up 100=$d/round2/metrics/warmup100.jsonl" \
+    --run="4 seeds, warm-up 500=$d/round2/metrics/warmup500.jsonl"
 }
 
 mkdir -p /tmp/warm

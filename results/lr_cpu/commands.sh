@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# The learning-rate experiment of issue 13, as run on the 2-core CPU machine.
+# The learning-rate experiment (is the collapse at a = 1024 a matter of the
+# dimension or of the dimension times the learning rate, and does QKNorm cure
+# it?), as run on the 2-core CPU machine.
 #
-#   bash experiments/results/lr_cpu/commands.sh run       # the pieces below, in order
-#   bash experiments/results/lr_cpu/commands.sh collect   # copy them here, rewrite the tables
+#   bash results/lr_cpu/commands.sh run       # the pieces below, in order
+#   bash results/lr_cpu/commands.sh collect   # copy them here, rewrite the tables
 #
 # Every point is the quick preset (README: RNN, embedding/hidden 128, vocab
 # 2000, 2500 steps, 100 warm-up steps, constant lr after warm-up, 2 vmapped
@@ -19,7 +21,7 @@
 set -euo pipefail
 W=${W:-runs/lr_cpu}
 PY=${PY:-.venv/bin/python}
-HERE=experiments/results/lr_cpu
+HERE=results/lr_cpu
 
 piece() {
   local lr=$1 arms=$2 dims=$3  # a pair already finished there is skipped

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Training throughput of the quick model (target tokens/s over training steps
-# only, as the trainer logs it), before and after the issue-9 changes, one
-# process with XLA's default threads on an otherwise idle machine.
-# Usage: experiments/results/throughput_cpu/measure.sh BEFORE_REV AFTER_REV > rows.tsv
+# only, as the trainer logs it), before and after the loss and additive-backward
+# changes made between 1c2a0b6 and 19c73eb, one process with XLA's default
+# threads on an otherwise idle machine.
+# Usage: results/throughput_cpu/measure.sh BEFORE_REV AFTER_REV > rows.tsv
 # Each revision is checked out into a temporary git worktree and run with this
 # checkout's .venv; each row is the median of the trainer's 50-step windows
 # after the first (the first holds compilation).
 set -euo pipefail
-repo="$(cd "$(dirname "$0")/../../.." && pwd)"
+repo="$(cd "$(dirname "$0")/../.." && pwd)"
 py="$repo/.venv/bin/python"
 echo -e "rev\tarm\tdim\tseeds\ttarget_tok_per_s"
 for rev in "$@"; do
