@@ -19,9 +19,14 @@ against additive at a = 1024, lr 1e-3, −3.6 and +1.8 BLEU, both p < 0.001).
 So the per-pair differences are kept too (`deltas`), and `signs_agree` says
 whether no two pairs differ in opposite directions.
 
-Two identical outputs have no difference to test: sacrebleu's counting
-(strictly greater, then +1) returns its minimum p = 1/(trials + 1) there;
-`paired_test` returns p = 1 instead.
+A zero difference is never significant: sacrebleu counts the trials whose
+difference is strictly greater than the observed one (then +1), so where every
+shuffled corpus scores the same as the observed pair (two identical outputs,
+or two different outputs whose sentence statistics add up to the same corpus
+counts, e.g. the same hypotheses in another order, or two outputs that both
+score 0) it returns its minimum p = 1/(trials + 1) and a table would read
+"+0.00 (p < 0.001)". `paired_test` returns p = 1 wherever the two corpus BLEU
+scores are equal.
 """
 
 from __future__ import annotations
@@ -35,8 +40,9 @@ from sacrebleu.significance import PairedTest
 # Trials per test: sacrebleu's default for approximate randomisation.
 TRIALS = 10_000
 # The version of `compare_runs`'s result; a cached result of another version is
-# recomputed (`sweep.significance`). 1: before `deltas` and `signs_agree`.
-FORMAT = 2
+# recomputed (`sweep.significance`). 1: before `deltas` and `signs_agree`;
+# 2: before a zero difference got p = 1.
+FORMAT = 3
 
 
 def paired_test(baseline: Sequence[str], system: Sequence[str],
@@ -62,7 +68,7 @@ def paired_test(baseline: Sequence[str], system: Sequence[str],
                           {"BLEU": BLEU()}, [list(references)], test_type="ar",
                           n_samples=trials)()
   base, other = results["BLEU"]
-  p = 1.0 if list(baseline) == list(system) else float(other.p_value)
+  p = 1.0 if other.score == base.score else float(other.p_value)
   return {"baseline": float(base.score), "system": float(other.score),
           "delta": float(other.score - base.score), "p": p}
 

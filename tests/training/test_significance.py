@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from attention_jax.training import significance
+from attention_jax.training import reporting, significance
 
 _WORDS = "el de la que y a en los se del las un por con no una su para es al lo como".split()
 
@@ -34,6 +34,27 @@ def test_identical_systems_are_not_different():
   hyp = noisy(0.6)
   out = significance.paired_test(hyp, list(hyp), refs, trials=500)
   assert out["delta"] == 0.0 and out["p"] == 1.0
+
+
+@pytest.mark.parametrize("case", ["other_wrong_words", "both_zero"])
+def test_different_outputs_of_equal_bleu_are_not_significant(case):
+  # Each sentence has the same n-gram counts in both outputs, so every shuffled
+  # corpus scores as the observed pair does: sacrebleu's strict count finds no
+  # trial above the zero difference and gives 1/(trials + 1).
+  refs, noisy = _systems(n=50)
+  if case == "other_wrong_words":  # the same mistakes, spelt differently
+    hyp = noisy(0.6)
+    baseline, system = [h + " qqq" for h in hyp], [h + " zzz" for h in hyp]
+  else:  # no word of either matches a reference
+    baseline, system = ["qqq"] * 50, ["zzz"] * 50
+  assert system != baseline
+  out = significance.paired_test(baseline, system, refs, trials=200)
+  assert out["delta"] == 0.0 and out["p"] == 1.0
+  runs = [{"references": refs, "hypotheses": [h]} for h in (baseline, system)]
+  table = reporting.significance_table(
+      {("multiplicative", 8): significance.compare_runs(*runs, trials=200)},
+      ["additive", "multiplicative"], [8], "additive")
+  assert "| 8 | +0.00 (p = 1.000) |" in table
 
 
 def test_two_draws_of_the_same_quality_are_not_significant():
