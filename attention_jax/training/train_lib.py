@@ -51,7 +51,12 @@ def model_for(cfg: ExperimentConfig, arm: Arm, data):
   `cfg.model` picks the family; `arm` says what its attention is. The
   Transformer gets `cfg.encoder_layers` encoder and `cfg.decoder_layers`
   decoder layers, and a position table long enough for `data`
-  (`transformer_positions`).
+  (`transformer_positions`). The RNN's `location` score has one output per
+  source position, so it is built for the widest batch of `data`
+  (`batch_width`): evaluation is not length-filtered, and sized by
+  `cfg.max_length` it failed at the first validation. `qk_norm` only takes
+  its initial gain from the length and keeps the training limit
+  `cfg.max_length + 1`, the length its runs were made with.
   """
   tok = data.tokenizer
   dtype = jnp.bfloat16 if cfg.dtype == "bfloat16" else jnp.float32
@@ -61,7 +66,9 @@ def model_for(cfg: ExperimentConfig, arm: Arm, data):
     attention = dict(decoder=arm.decoder)
     if arm.has_attention:
       attention.update(score=arm.score, attention_dim=arm.attention_dim)
-      if registry.SCORES[arm.score].needs_length:
+      if arm.score == "location":
+        attention["max_source_length"] = batch_width(data)
+      elif registry.SCORES[arm.score].needs_length:
         attention["max_source_length"] = cfg.max_length + 1  # + <eos>
     return models.Seq2Seq, models.Seq2SeqConfig(
         embed_dim=cfg.embed_dim, hidden_dim=cfg.hidden_dim,
@@ -84,6 +91,16 @@ def transformer_positions(data) -> int:
                 for split in ("train", "validation", "test"))
   source = int(batching.padded_length(longest + 1))
   return max(source, decoding.output_length(None, source))
+
+
+def batch_width(data) -> int:
+  """The widest batch any pass over `data`'s train, validation or test split
+  can give: a batch's sources and targets share one padded length
+  (`batching.padded_length` of the longest of either, + <eos>), and
+  evaluation passes keep sentences of every length."""
+  longest = max(int(ids.lengths.max(initial=0))
+                for split in ("train", "validation", "test") for ids in data.token_ids(split))
+  return int(batching.padded_length(longest + 1))
 
 
 def learning_rate_schedule(cfg: ExperimentConfig) -> optax.Schedule:

@@ -169,6 +169,24 @@ def test_model_for_the_transformer_honours_both_depths_and_fits_every_split():
   assert model_config.max_length >= longest + 1  # evaluation is not length-filtered
 
 
+def test_the_location_score_is_built_for_every_sentence_evaluation_sees():
+  # Trained on sentences of at most 8 tokens, evaluated on all: the location
+  # score needs an output for every position of the widest evaluation batch.
+  cfg = _cfg(arms=("location",), max_length=8)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  widest = max(b.src.shape[1] for split in ("validation", "test")
+               for b in data.batches(split, cfg.eval_batch_size, shuffle=False))
+  assert widest > cfg.max_length + 1
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("location", 8), data, (0,))
+  assert trainer.model_config.max_source_length == widest == train_lib.batch_width(data)
+  trainer.check_eval_memory(log=lambda _: None)
+  batches = trainer._train_batches(0)
+  assert np.isfinite(trainer.train_step(next(batches), 0)).all()
+  bleu = trainer.bleu(trainer.params, "validation", 0, trainer.val_beam_size)
+  ppl = trainer.perplexity(trainer.params, "validation")
+  assert 0 <= bleu[0] <= 100 and np.isfinite(ppl[0]) and ppl[0] >= 1
+
+
 def test_a_flag_of_the_other_model_family_is_refused():
   config.check_family("rnn", {"cell": "lstm", "embed_dim": 64})
   config.check_family("transformer", {"num_heads": 4, "hidden_dim": 64})
