@@ -1,7 +1,9 @@
-"""`jax.distributed` on one machine (issue 12): two CPU processes on localhost
-train one ablation together and give the numbers of one process with the same
-two devices; only process 0 writes results."""
+"""`jax.distributed` on one machine: two CPU processes on localhost train one
+ablation together and give the numbers of one process with the same two
+devices; only process 0 writes results."""
 
+import collections
+import glob
 import json
 import os
 import socket
@@ -10,8 +12,12 @@ import sys
 
 import pytest
 
+event_accumulator = pytest.importorskip(
+    "tensorboard.backend.event_processing.event_accumulator")
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ARGS = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=60"]
+EVENTS = "events.out.tfevents."
 
 
 def _ablation(workdir, *extra, env=None):
@@ -33,11 +39,33 @@ def _rows(path):
 
 
 def _files(workdir):
-  """Every file outside the Orbax checkpoint folders, relative to `workdir`."""
-  out = set()
+  """Every file outside the Orbax checkpoint folders, relative to `workdir`,
+  with how many of each: a TensorBoard event file's name carries the time it
+  was opened and the writer's PID, so those files count under one name per
+  folder (`events.out.tfevents.*`) and their contents are compared as numbers
+  (`_scalars`)."""
+  out = collections.Counter()
   for root, dirs, files in os.walk(workdir):
     dirs[:] = [d for d in dirs if d != "checkpoints"]
-    out.update(os.path.relpath(os.path.join(root, f), workdir) for f in files)
+    for name in files:
+      if name.startswith(EVENTS):
+        name = EVENTS + "*"
+      out[os.path.relpath(os.path.join(root, name), workdir)] += 1
+  return out
+
+
+def _scalars(workdir):
+  """{(seed folder, tag): [(step, value)]} of every TensorBoard event file under
+  `workdir`, read with TensorBoard's own reader; the throughput is left out
+  (a clock, like `train_seconds`)."""
+  out = {}
+  for folder in sorted(glob.glob(os.path.join(workdir, "runs", "*", "tensorboard", "seed_*"))):
+    acc = event_accumulator.EventAccumulator(folder)
+    acc.Reload()
+    for tag in acc.Tags()["scalars"]:
+      if tag != "train/target_tokens_per_second":
+        key = (os.path.relpath(folder, workdir), tag)
+        out[key] = [(e.step, e.value) for e in acc.Scalars(tag)]
   return out
 
 
@@ -61,8 +89,16 @@ def test_two_processes_equal_one_process_with_two_devices_and_only_process_0_wri
   metrics = os.path.join("runs", "additive_d8", "metrics.jsonl")
   assert _rows(tmp_path / "two" / metrics) == _rows(tmp_path / "one" / metrics)
 
-  # Process 1 wrote nothing of its own: the same files as one process (so no
-  # metrics line twice), no table on its output.
-  assert _files(tmp_path / "two") == _files(tmp_path / "one")
+  # The same TensorBoard numbers, step by step, for every seed and tag.
+  scalars = _scalars(tmp_path / "one")
+  assert scalars and any(tag == "test/bleu" for _, tag in scalars)
+  assert _scalars(tmp_path / "two") == scalars
+
+  # Process 1 wrote nothing of its own: the same files as one process, one
+  # event file per seed (so no metrics line or event twice), no table on its
+  # output.
+  files = _files(tmp_path / "one")
+  assert _files(tmp_path / "two") == files
+  assert [n for f, n in files.items() if f.endswith(EVENTS + "*")] == [1, 1]
   assert "| dim |" in outs[0] and "| dim |" not in outs[1]
   assert "process 1 of 2: done; process 0 writes the results" in outs[1]
