@@ -80,8 +80,10 @@ class Checkpointer:
   written after Orbax has committed the step. `restore_latest` verifies the
   newest step against it (and that Orbax can read it); a damaged step is
   moved to `<directory>_damaged/`, named in one log line, and the previous
-  step is tried. A step killed between its commit and its checksum file has
-  no checksum and is trusted as far as Orbax can read it.
+  step is tried. A step without a checksum file (killed between its commit
+  and its checksum file) cannot be verified, and damage in it would be
+  trained on and later recorded as a divergence: it is never preferred over
+  a verified step (`restore_latest`).
   """
 
   def __init__(self, directory: str, max_to_keep: int = 2):
@@ -110,28 +112,50 @@ class Checkpointer:
     """`(arrays, meta)` of the newest intact checkpoint, or None.
 
     `like` is a pytree with the target structure, shapes, dtypes and shardings.
+    Verified steps (with a checksum file) are tried first, newest first; once
+    one is read, every newer step without a checksum file is set aside, named
+    in one line (the run goes on from the verified step and will save those
+    steps again). A step without a checksum file is used only where no
+    verified step is intact, with a warning line.
     """
     abstract = jax.tree.map(ocp.utils.to_shape_dtype_struct, like)
+    steps = sorted(self.manager.all_steps(), reverse=True)
+    verified = [s for s in steps if os.path.exists(self._sums_path(s))]
     set_aside = False
-    for step in sorted(self.manager.all_steps(), reverse=True):
-      problem = self._verify(step)
+    for step in verified + [s for s in steps if s not in verified]:
+      problem = self._verify(step) if step in verified else None
       if problem is None:
         try:
           out = self.manager.restore(step, args=ocp.args.Composite(
               arrays=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
-          return out["arrays"], out["meta"]
         except Exception as e:  # pylint: disable=broad-except  # any unreadable step
           problem = f"Orbax cannot read it: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
-      multihost.sync(f"verified {self.directory} {step}")  # everyone read it
-      dest = self._set_aside(step) if multihost.is_primary() else "the damaged folder"
-      multihost.sync(f"set aside {self.directory} {step}")
-      self.manager.reload()
+      if problem is None and step in verified:
+        for newer in [s for s in steps if s > step and s not in verified]:
+          dest = self._move_aside(newer)
+          log(f"checkpoint step {newer} in {self.directory} has no checksum file, so it "
+              f"cannot be verified; moved to {dest}; using verified step {step}")
+        return out["arrays"], out["meta"]
+      if problem is None:
+        log(f"warning: checkpoint step {step} in {self.directory} has no checksum file "
+            "and no verified step is intact; using it unverified")
+        return out["arrays"], out["meta"]
+      dest = self._move_aside(step)
       log(f"checkpoint step {step} in {self.directory} is damaged ({problem}); "
           f"moved to {dest}; trying the previous one")
       set_aside = True
     if set_aside:
       log(f"no intact checkpoint left in {self.directory}; training starts from step 0")
     return None
+
+  def _move_aside(self, step: int) -> str:
+    """Moves `step` to the damaged folder once every process has read the
+    checkpoint folder; returns where it went."""
+    multihost.sync(f"verified {self.directory} {step}")  # everyone read it
+    dest = self._set_aside(step) if multihost.is_primary() else "the damaged folder"
+    multihost.sync(f"set aside {self.directory} {step}")
+    self.manager.reload()
+    return dest
 
   def _step_dir(self, step: int) -> str:
     return os.path.join(self.directory, str(step))
@@ -140,12 +164,12 @@ class Checkpointer:
     return os.path.join(self.sums_dir, f"{step}.json")
 
   def _verify(self, step: int) -> str | None:
-    """None if the step matches its checksums (or has none), else what differs."""
+    """None if the step matches its checksums, else what differs."""
     try:
       with open(self._sums_path(step)) as f:
         expected = json.load(f)
     except FileNotFoundError:
-      return None
+      return f"its checksum file {self._sums_path(step)} is gone"
     except ValueError:
       return f"its checksum file {self._sums_path(step)} is unreadable"
     found = _digests(self._step_dir(step))

@@ -167,6 +167,42 @@ def test_a_damaged_newest_checkpoint_is_named_set_aside_and_the_previous_used(
   assert ckpt.restore_latest({"w": jnp.zeros((64, 64))})[1] == {"step": 3}
 
 
+def _flip_bytes(path):
+  data = bytearray(open(path, "rb").read())
+  mid = len(data) // 2
+  data[mid:mid + 64] = bytes(b ^ 0xFF for b in data[mid:mid + 64])
+  open(path, "wb").write(bytes(data))
+
+
+def test_a_step_without_checksums_is_never_preferred_to_a_verified_one(tmp_path):
+  # Killed between Orbax's commit of step 2 and its checksum file, then damaged:
+  # read as it is, the damage would be trained on.
+  _saved(tmp_path)
+  os.remove(tmp_path / "ckpt_sha256" / "2.json")
+  _flip_bytes(_largest_file(tmp_path / "ckpt" / "2"))
+  lines = []
+  ckpt = checkpoints.Checkpointer(str(tmp_path / "ckpt"))
+  arrays, meta = ckpt.restore_latest({"w": jnp.zeros((64, 64))}, log=lines.append)
+  assert meta == {"step": 1} and np.all(np.asarray(arrays["w"]) == 1.0)
+  assert len(lines) == 1 and "step 2" in lines[0] and "no checksum file" in lines[0]
+  assert "using verified step 1" in lines[0] and str(tmp_path / "ckpt") in lines[0]
+  assert os.path.isdir(tmp_path / "ckpt_damaged" / "2")
+  ckpt.save(2, {"w": jnp.full((64, 64), 2.0)}, {"step": 2})  # training reaches it again
+  assert ckpt.restore_latest({"w": jnp.zeros((64, 64))})[1] == {"step": 2}
+
+
+def test_a_step_without_checksums_is_used_only_if_no_verified_step_is_intact(tmp_path):
+  _saved(tmp_path)
+  os.remove(tmp_path / "ckpt_sha256" / "2.json")
+  os.truncate(_largest_file(tmp_path / "ckpt" / "1"), 1)  # the verified step is damaged
+  lines = []
+  arrays, meta = checkpoints.Checkpointer(str(tmp_path / "ckpt")).restore_latest(
+      {"w": jnp.zeros((64, 64))}, log=lines.append)
+  assert meta == {"step": 2} and np.all(np.asarray(arrays["w"]) == 2.0)
+  assert len(lines) == 2 and "step 1" in lines[0] and "damaged" in lines[0]
+  assert lines[1].startswith("warning:") and "step 2" in lines[1] and "unverified" in lines[1]
+
+
 def test_checksums_follow_orbax_retention_and_intact_restores_say_nothing(tmp_path):
   ckpt = _saved(tmp_path, steps=(1, 2, 3))
   assert sorted(os.listdir(tmp_path / "ckpt")) == ["2", "3"]
