@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import tempfile
 from typing import Any, Callable
 
 import jax
+import numpy as np
 import orbax.checkpoint as ocp
 
 from attention_jax.training import multihost
@@ -52,6 +54,46 @@ def atomic_write(path: str, data: str | bytes) -> None:
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+def finite(value: Any) -> Any:
+  """`value` with every NaN and ±inf (in dicts, lists and tuples too) made
+  None: JSON has no such numbers, Python's `json` writes them as bare `NaN`
+  and `Infinity`, and strict parsers (jq, JavaScript, pandas' engine) reject
+  the whole line."""
+  if isinstance(value, (float, np.floating)):
+    return float(value) if math.isfinite(value) else None
+  if isinstance(value, dict):
+    return {k: finite(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [finite(v) for v in value]
+  return value
+
+
+def to_json(value: Any, **kwargs) -> str:
+  """`json.dumps` of `finite(value)`: strict JSON, non-finite numbers as null."""
+  return json.dumps(finite(value), allow_nan=False, **kwargs)
+
+
+def read_json(path: str, kind: type | None = None, remedy: str = "") -> Any:
+  """The JSON value in the file `path`, which must exist.
+
+  A file that does not parse (or, with `kind`, holds another type of value)
+  raises a ValueError of one line naming it, and `remedy` (what to do about
+  it) if given, in place of a JSON error that names no file.
+  """
+  with open(path, "rb") as f:
+    data = f.read()
+  try:
+    value = json.loads(data)
+  except ValueError as e:  # JSONDecodeError, or bytes that are not text
+    why = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "not text"
+    raise ValueError(f"{path} is damaged (not JSON: {why})"
+                     + (f"; {remedy}" if remedy else "") + ".") from None
+  if kind is not None and not isinstance(value, kind):
+    raise ValueError(f"{path} is damaged (a JSON {type(value).__name__}, not a "
+                     f"{kind.__name__})" + (f"; {remedy}" if remedy else "") + ".")
+  return value
 
 
 def remove_stale_temporaries(folder: str) -> list[str]:
@@ -102,7 +144,7 @@ class Checkpointer:
     self.manager.wait_until_finished()
     if not multihost.is_primary():
       return
-    atomic_write(self._sums_path(step), json.dumps(_digests(self._step_dir(step)), indent=0))
+    atomic_write(self._sums_path(step), to_json(_digests(self._step_dir(step)), indent=0))
     kept = {str(s) for s in self.manager.all_steps()}
     for name in os.listdir(self.sums_dir):
       if name.endswith(".json") and name[:-5] not in kept:  # Orbax removed that step
@@ -166,8 +208,7 @@ class Checkpointer:
   def _verify(self, step: int) -> str | None:
     """None if the step matches its checksums, else what differs."""
     try:
-      with open(self._sums_path(step)) as f:
-        expected = json.load(f)
+      expected = read_json(self._sums_path(step), dict)
     except FileNotFoundError:
       return f"its checksum file {self._sums_path(step)} is gone"
     except ValueError:

@@ -273,5 +273,6 @@ def plot_attention(attention: dict, title: str, path: str) -> None:
 
 
 def write_jsonl(path: str, rows: Iterable[dict]) -> None:
-  import json
-  checkpoints.atomic_write(path, "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows))
+  """One strict JSON line per row (NaN and ±inf as null, `checkpoints.to_json`)."""
+  checkpoints.atomic_write(path, "".join(checkpoints.to_json(r, sort_keys=True) + "\n"
+                                         for r in rows))

@@ -85,8 +85,9 @@ def finished_rows(workdir: str, cfg: ExperimentConfig) -> list[dict]:
     for dim in cfg.dims:
       path = os.path.join(group_dir(workdir, arm, dim), "result.json")
       if os.path.exists(path):
-        with open(path) as f:
-          rows.extend(json.load(f))
+        rows.extend(checkpoints.read_json(
+            path, list, "delete it and re-run the same command to evaluate that run again "
+            "from its last checkpoint"))
   return rows
 
 
@@ -122,17 +123,20 @@ def significance(workdir: str, cfg: ExperimentConfig) -> dict[tuple[str, int], d
       cache_path = os.path.join(run_dir, "significance.json")
       cached = None
       if os.path.exists(cache_path):
-        with open(cache_path) as f:
-          try:
-            cached = json.load(f)
-          except json.JSONDecodeError:  # cut by a kill: recomputed
-            cached = None
+        try:
+          cached = checkpoints.read_json(cache_path, dict)
+        except ValueError:  # cut by a kill, or damaged: recomputed
+          cached = None
       if (cached is not None and cached.get("digest") == digest
           and cached.get("format", 1) == significance_lib.FORMAT):
         out[(arm, dim)] = cached["result"]
         continue
-      result = significance_lib.compare_runs(json.loads(base_bytes), json.loads(own_bytes))
-      checkpoints.atomic_write(cache_path, json.dumps(
+      remedy = ("delete it and that run's result.json, and re-run the same command to "
+                "evaluate the run again")
+      result = significance_lib.compare_runs(
+          checkpoints.read_json(base_path, dict, remedy),
+          checkpoints.read_json(path, dict, remedy))
+      checkpoints.atomic_write(cache_path, checkpoints.to_json(
           {"baseline": base, "digest": digest, "format": significance_lib.FORMAT,
            "result": result}))
       out[(arm, dim)] = result
@@ -174,8 +178,8 @@ def write_reports(workdir: str, cfg: ExperimentConfig) -> str:
         histories[(arm, dim)] = log
       att_path = os.path.join(run_dir, "attention.json")
       if os.path.exists(att_path) and os.path.exists(os.path.join(run_dir, "result.json")):
-        with open(att_path) as f:
-          attention = json.load(f)
+        attention = checkpoints.read_json(
+            att_path, dict, "delete it (the run's heat map is then left out)")
         reporting.plot_attention(attention, f"{arm}, a={dim}, seed 0",
                                  os.path.join(workdir, f"attention_{arm}_{dim}.png"))
   if histories:
@@ -422,12 +426,12 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, 
   if result.attention is not None:
     att = {k: (np.asarray(v).tolist() if k == "weights" else v)
            for k, v in result.attention.items()}
-    checkpoints.atomic_write(os.path.join(run_dir, "attention.json"), json.dumps(att))
+    checkpoints.atomic_write(os.path.join(run_dir, "attention.json"), checkpoints.to_json(att))
   checkpoints.atomic_write(os.path.join(run_dir, TRANSLATIONS),
-                           json.dumps(result.translations, ensure_ascii=False))
+                           checkpoints.to_json(result.translations, ensure_ascii=False))
   # Written last: its presence marks the pair finished.
   checkpoints.atomic_write(os.path.join(run_dir, "result.json"),
-                           json.dumps(result.rows, indent=1))
+                           checkpoints.to_json(result.rows, indent=1))
   return True
 
 
@@ -486,8 +490,8 @@ def _check(run_dir: str, fp: dict, write: bool = True) -> int | None:
   None; the caller then extends it (`_extend`)."""
   path = os.path.join(run_dir, "config.json")
   if os.path.exists(path):
-    with open(path) as f:
-      old = json.load(f)
+    old = checkpoints.read_json(
+        path, dict, f"restore it, or delete the folder {run_dir} to train that run again")
     # A setting added to the config after the folder was made ran at its default.
     defaults = fingerprint(ExperimentConfig(), fp["arm"], fp["dim"])
     diff = {k: (old.get(k, defaults.get(k)), v) for k, v in fp.items()
@@ -503,7 +507,7 @@ def _check(run_dir: str, fp: dict, write: bool = True) -> int | None:
       raise ValueError(f"{run_dir} holds a run with other settings ({shown}); "
                        "use another --workdir or delete that folder.")
   elif write and multihost.is_primary():
-    checkpoints.atomic_write(path, json.dumps(fp, indent=1, sort_keys=True))
+    checkpoints.atomic_write(path, checkpoints.to_json(fp, indent=1, sort_keys=True))
   return None
 
 
@@ -539,4 +543,4 @@ def _extend(run_dir: str, fp: dict, old_steps: int) -> None:
   if os.path.exists(result):
     os.replace(result, os.path.join(run_dir, f"result.steps{old_steps}.json"))
   checkpoints.atomic_write(os.path.join(run_dir, "config.json"),
-                           json.dumps(fp, indent=1, sort_keys=True))
+                           checkpoints.to_json(fp, indent=1, sort_keys=True))

@@ -703,15 +703,17 @@ class MetricsLog:
     with open(self.path) as f:
       for line in f:
         try:
-          rows.append(json.loads(line))
+          row = json.loads(line)
         except json.JSONDecodeError:  # a line cut by a kill: dropped
-          pass
+          continue
+        if isinstance(row, dict) and "step" in row:  # what else parses is no row of ours
+          rows.append(row)
     return rows
 
   def truncate_after(self, step: int) -> None:
     if not self.write:
       return
-    self._lines = [json.dumps(r) + "\n" for r in self.read() if r["step"] <= step]
+    self._lines = [checkpoints.to_json(r) + "\n" for r in self.read() if r["step"] <= step]
     self._rewrite()
 
   def _rewrite(self) -> None:
@@ -724,7 +726,7 @@ class MetricsLog:
       return
     if self.board is not None:
       self.board.row(row)
-    line = json.dumps(row) + "\n"
+    line = checkpoints.to_json(row) + "\n"
     if self._lines is None:  # not opened for writing by truncate_after
       with open(self.path, "a") as f:
         f.write(line)

@@ -14,6 +14,9 @@ import numpy as np
 import pytest
 
 from attention_jax.training import checkpoints
+from attention_jax.training import config
+from attention_jax.training import reporting
+from attention_jax.training import sweep
 from attention_jax.training import train_lib
 from attention_jax.training import workdir_lock
 
@@ -127,6 +130,30 @@ def test_a_metrics_log_deleted_mid_run_is_rewritten_in_full_with_a_warning(tmp_p
   assert len(lines) == 2 and len(log.read()) == 9
 
 
+def _refuse(constant):
+  raise ValueError(f"not JSON: {constant}")
+
+
+def test_non_finite_numbers_are_written_as_null_in_every_row(tmp_path):
+  path = tmp_path / "metrics.jsonl"
+  path.write_text('{"step": 1, "seed": 0, "loss": NaN}\n')  # as an older version wrote it
+  log = train_lib.MetricsLog(str(path), log=lambda _: None)
+  log.truncate_after(5)
+  log.append({"step": 2, "seed": 0, "loss": float("nan"), "max_logit": float("inf"),
+              "diagnostics": {"entropy": -float("inf"), "saturated": np.float32("nan")}})
+  lines = path.read_text().splitlines()
+  assert [json.loads(line, parse_constant=_refuse) for line in lines] == [
+      {"step": 1, "seed": 0, "loss": None},
+      {"step": 2, "seed": 0, "loss": None, "max_logit": None,
+       "diagnostics": {"entropy": None, "saturated": None}}]
+  rows = [{"arm": "additive", "val_ppl": float("nan"), "test_bleu": 1.5}]
+  reporting.write_jsonl(str(tmp_path / "results.jsonl"), rows)
+  (line,) = (tmp_path / "results.jsonl").read_text().splitlines()
+  assert json.loads(line, parse_constant=_refuse) == {"arm": "additive", "val_ppl": None,
+                                                      "test_bleu": 1.5}
+  assert checkpoints.to_json({"a": [1.0, float("-inf")]}) == '{"a": [1.0, null]}'
+
+
 # --- item 8: checkpoints carry checksums ------------------------------------------
 
 def _saved(tmp_path, steps=(1, 2)):
@@ -222,6 +249,74 @@ def test_every_checkpoint_damaged_starts_over_and_says_so(tmp_path):
   assert checkpoints.Checkpointer(str(tmp_path / "ckpt")).restore_latest(
       {"w": jnp.zeros((64, 64))}, log=lines.append) is None
   assert len(lines) == 3 and "starts from step 0" in lines[-1]
+
+
+def test_a_damaged_checksum_file_is_named_and_the_previous_step_used(tmp_path):
+  _saved(tmp_path)
+  sums = tmp_path / "ckpt_sha256" / "2.json"
+  sums.write_text('{"manifest.ocdbt": ')
+  lines = []
+  arrays, meta = checkpoints.Checkpointer(str(tmp_path / "ckpt")).restore_latest(
+      {"w": jnp.zeros((64, 64))}, log=lines.append)
+  assert meta == {"step": 1} and len(lines) == 1 and "step 2" in lines[0]
+  assert "checksum file" in lines[0] and "unreadable" in lines[0]
+
+
+# --- damaged JSON files of a workdir ----------------------------------------------
+
+_ARMS = ("additive", "multiplicative")
+
+
+def _finished_workdir(tmp_path):
+  """A workdir of two finished runs (arms `_ARMS`, dim 8, 2 seeds of 3 test
+  sentences), written by hand as the sweep writes them."""
+  cfg = config.from_preset("smoke", arms=_ARMS, dims=(8,))
+  workdir = str(tmp_path / "w")
+  refs = ["a b c d", "e f g h", "i j k l"]
+  for arm in _ARMS:
+    run_dir = sweep.group_dir(workdir, arm, 8)
+    os.makedirs(run_dir)
+    sweep._check(run_dir, sweep.fingerprint(cfg, arm, 8))
+    rows = [{"arm": arm, "dim": 8, "seed": seed, "params": 1000, "steps": cfg.steps,
+             "test_bleu": 10.0 + seed, "val_bleu": 9.0, "val_ppl": 3.0,
+             "diverged_at_step": None, "diagnostics": {}} for seed in (0, 1)]
+    files = {"result.json": rows,
+             "attention.json": {"src": ["a", "</s>"], "hyp": ["a", "</s>"],
+                                "weights": [[1.0, 0.0], [0.0, 1.0]]},
+             sweep.TRANSLATIONS: {"references": refs, "hypotheses": [refs, refs]}}
+    for name, value in files.items():
+      with open(os.path.join(run_dir, name), "w") as f:
+        json.dump(value, f)
+  return cfg, workdir
+
+
+def test_the_hand_made_finished_workdir_reports(tmp_path):
+  cfg, workdir = _finished_workdir(tmp_path)
+  table = sweep.report_only(cfg, workdir)
+  assert "10.50 ± 0.71 (11.00)" in table and "+0.00 (p = 1.000)" in table
+
+
+@pytest.mark.parametrize("name,damage", [
+    ("config.json", '{"arm": "additive", '),           # cut
+    ("result.json", "\x00" * 16),                     # zeroed by a crash
+    ("result.json", '{"seed": 0}'),                    # JSON, but not the rows
+    ("attention.json", "[1, 2"),
+    (sweep.TRANSLATIONS, b"\xff\xfe garbage"),         # not even text
+])
+def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damage):
+  cfg, workdir = _finished_workdir(tmp_path)
+  path = os.path.join(sweep.group_dir(workdir, "multiplicative", 8), name)
+  with open(path, "wb") as f:
+    f.write(damage if isinstance(damage, bytes) else damage.encode())
+  with pytest.raises(ValueError) as info:
+    sweep.report_only(cfg, workdir)
+  message = str(info.value)
+  assert path in message and "damaged" in message and "\n" not in message
+  if name == "config.json":  # and the driver says so in one line
+    proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                           f"--arms={','.join(_ARMS)}", "--dims=8", "--report_only",
+                           f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
+    _one_line_failure(proc, path, "damaged")
 
 
 # --- a full disk -----------------------------------------------------------------

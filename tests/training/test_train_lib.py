@@ -1,5 +1,6 @@
 """The ensemble trainer: vmapped seeds == separate runs; data parallelism == one device."""
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,10 @@ from attention_jax.data import input_pipeline
 from attention_jax.training import config, reporting, significance, steps, train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _refuse(constant):
+  raise ValueError(f"not JSON: {constant}")
 
 
 def _cfg(**kw):
@@ -116,6 +121,12 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
   assert sum("diverged at step 1" in line for line in lines) == 1  # said once, not per step
   metrics = train_lib.MetricsLog(str(tmp_path / "metrics.jsonl")).read()
   assert all(r["val_bleu"] is None for r in metrics if r["seed"] == 1 and "val_bleu" in r)
+  # Strict JSON on every line: a NaN loss is written as null, not as a bare NaN.
+  with open(tmp_path / "metrics.jsonl") as f:
+    strict = [json.loads(line, parse_constant=_refuse) for line in f]
+  assert strict == metrics
+  if poison == "nan_params":
+    assert any(r["loss"] is None for r in strict if r["seed"] == 1 and "loss" in r)
   table = reporting.britz_table(result.rows, ["additive"], [8])
   assert "diverged (1 of 2 seeds)" in table
   other = {"references": result.translations["references"], "hypotheses": [["x"] * 8, None]}
