@@ -23,9 +23,12 @@ W=${W:-runs/lr_cpu}
 PY=${PY:-.venv/bin/python}
 HERE=results/lr_cpu
 
+# --steps=2500 was the quick preset's own value at d85915b (a no-op then); it is
+# explicit so that the commands give the same runs with later code, whose quick
+# preset runs 3500 steps.
 piece() {
   local lr=$1 arms=$2 dims=$3  # a pair already finished there is skipped
-  "$PY" -m experiments.ablation --preset=quick --arms="$arms" --dims="$dims" \
+  "$PY" -m experiments.ablation --preset=quick --steps=2500 --arms="$arms" --dims="$dims" \
     --learning_rate="$lr" --workdir="$W/learning_rate=$lr"
 }
 
@@ -61,7 +64,7 @@ collect() {  # the finished runs (no checkpoints), then the grid's reports (no t
         cp "$W/$run_dir/$f" "$HERE/$run_dir/$f"
       done
   done
-  "$PY" -m experiments.ablation --preset=quick --workdir="$HERE" --report_only \
+  "$PY" -m experiments.ablation --preset=quick --steps=2500 --workdir="$HERE" --report_only \
     --arms=additive,multiplicative,scaled_multiplicative,qk_norm --dims=128,1024 \
     --sweep=learning_rate=3e-4,1e-3,3e-3
 }
