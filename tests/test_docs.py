@@ -1,0 +1,291 @@
+"""The documentation keeps its promises: links resolve, the README stays one
+screen of reference, every results folder is indexed, and every committed
+ablation table says what its `results.jsonl` says.
+
+Fast (reads text files only); part of the default suite.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "results"
+README_MAX_LINES = 200
+
+_FENCE = re.compile(r"^(```|~~~).*?^\1[^\n]*$", re.M | re.S)
+_CODE_SPAN = re.compile(r"`[^`\n]*`")
+_INLINE_LINK = re.compile(r"\[[^\]\n]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+_REFERENCE_LINK = re.compile(r"^\s*\[[^\]\n]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$", re.M)
+_EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, ...
+
+
+def markdown_files() -> list[Path]:
+  """The documents whose links are checked."""
+  files = [ROOT / "README.md", *sorted((ROOT / "docs").glob("**/*.md"))]
+  if RESULTS.is_dir():
+    files += sorted(RESULTS.glob("*.md"))
+    files += sorted(p for p in RESULTS.glob("*/**/README.md"))
+  return [f for f in files if f.is_file()]
+
+
+def relative_links(text: str) -> list[str]:
+  """Targets of the Markdown links and images in `text` that point into the
+  repository: code blocks and code spans are not links, and external
+  addresses and in-page anchors are left out. Fragments are dropped."""
+  text = _CODE_SPAN.sub("", _FENCE.sub("", text))
+  targets = _INLINE_LINK.findall(text) + _REFERENCE_LINK.findall(text)
+  out = []
+  for target in targets:
+    if _EXTERNAL.match(target) or target.startswith("#"):
+      continue
+    path = unquote(target.split("#", 1)[0].split("?", 1)[0])
+    if path:
+      out.append(path)
+  return out
+
+
+def broken_links(doc: Path) -> list[str]:
+  """The relative links of `doc` that name no file or folder inside the
+  repository."""
+  bad = []
+  for target in relative_links(doc.read_text(encoding="utf-8")):
+    resolved = (doc.parent / target).resolve()
+    inside = resolved == ROOT or ROOT in resolved.parents
+    if not inside or not resolved.exists():
+      bad.append(target)
+  return bad
+
+
+# -- table.md against results.jsonl -------------------------------------------
+
+_CAPTION = re.compile(r"^(?:## )?Test BLEU \(")  # not "Test BLEU difference"
+_SLICE = re.compile(r"^a = ([^,:]+)((?:, [^=,:]+ = [^,:]+)*):$")
+_MEAN = re.compile(r"^(-?\d+(?:\.\d+)?) ±")
+
+
+def _value(text) -> object:
+  """A swept value as a comparable key: numbers by value, anything else as text."""
+  try:
+    return float(text)
+  except (TypeError, ValueError):
+    return str(text)
+
+
+def _cells(line: str) -> list[str]:
+  return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def table_bleu_means(table_text: str) -> dict[tuple, float | None]:
+  """The mean test BLEU of every cell of the test-BLEU table(s) of an
+  ablation's `table.md`, as printed (None for a cell with no mean, e.g. an
+  arm not run at that dimension or every seed diverged).
+
+  Keys: `(arm, ((field, value), ...))` with the fields sorted: `dim` for a
+  plain ablation's table; for a `--sweep` grid's table also the swept axis
+  (its rows) and any further axis (its slice captions, `a = 128, f = v:`).
+  """
+  means: dict[tuple, float | None] = {}
+  in_section, fixed, header = False, {}, None
+  for line in table_text.splitlines():
+    stripped = line.strip()
+    if _CAPTION.match(stripped):
+      in_section, fixed, header = True, {}, None
+      continue
+    if not in_section or not stripped:
+      continue
+    sliced = _SLICE.match(stripped)
+    if sliced:
+      fixed = {"dim": _value(sliced.group(1).strip())}
+      for pair in filter(None, sliced.group(2).split(", ")):
+        field, value = pair.split(" = ")
+        fixed[field.strip()] = _value(value.strip())
+      header = None
+      continue
+    if not stripped.startswith("|"):
+      in_section = False  # the next caption: the section is over
+      continue
+    cells = _cells(stripped)
+    if header is None:
+      header = cells
+      continue
+    if set("".join(cells)) <= set("-:"):
+      continue  # the separator row
+    row_field = header[0]
+    arms = [a for a in header[1:] if a != "params"]
+    where = {**fixed, row_field: _value(cells[0])}
+    key_fields = tuple(sorted(where.items()))
+    for arm, cell in zip(arms, cells[1:]):
+      found = _MEAN.match(cell)
+      means[(arm, key_fields)] = float(found.group(1)) if found else None
+  return means
+
+
+def jsonl_bleu_means(rows: list[dict], fields: tuple[str, ...]) -> dict[tuple, float]:
+  """Mean test BLEU over the seeds of every (arm, values of `fields`) in the
+  rows of a `results.jsonl`, leaving out diverged seeds as the tables do."""
+  groups: dict[tuple, list[float]] = {}
+  for r in rows:
+    if r.get("diverged_at_step") or r.get("test_bleu") is None:
+      continue
+    key = (r["arm"], tuple(sorted((f, _value(r[f])) for f in fields)))
+    groups.setdefault(key, []).append(float(r["test_bleu"]))
+  return {k: statistics.fmean(v) for k, v in groups.items()}
+
+
+def bleu_mismatches(table_text: str, rows: list[dict]) -> list[str]:
+  """Where the test-BLEU means printed in `table_text` (2 decimals) differ
+  from the means over seeds of `rows`; empty when they agree everywhere."""
+  printed = table_bleu_means(table_text)
+  if not printed:
+    return ["no test-BLEU table found"]
+  fields = {f for _, where in printed for f, _ in where}
+  computed = jsonl_bleu_means(rows, tuple(sorted(fields)))
+  problems = []
+  for key in sorted(set(printed) | set(computed), key=repr):
+    shown, mean = printed.get(key, "missing"), computed.get(key)
+    if shown == "missing":
+      problems.append(f"{key}: in results.jsonl ({mean:.2f}) but not in table.md")
+    elif mean is None or shown is None:
+      if mean is not None or shown is not None:
+        problems.append(f"{key}: table.md {shown}, results.jsonl {mean}")
+    elif not math.isclose(shown, mean, abs_tol=0.005 + 1e-9):
+      problems.append(f"{key}: table.md {shown:.2f}, results.jsonl {mean:.4f}")
+  return problems
+
+
+def _rows(path: Path) -> list[dict]:
+  return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def ablation_folders() -> list[Path]:
+  """Every folder under results/ holding an ablation's results.jsonl (rows
+  with a test BLEU) and its table.md; other experiments' tables (e.g. the
+  statistics at initialisation) are left out."""
+  if not RESULTS.is_dir():
+    return []
+  return sorted(p.parent for p in RESULTS.glob("**/table.md")
+                if (p.parent / "results.jsonl").is_file()
+                and any("test_bleu" in r for r in _rows(p.parent / "results.jsonl")))
+
+
+# -- the tests -----------------------------------------------------------------
+
+@pytest.mark.parametrize("doc", markdown_files(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_relative_link_resolves(doc):
+  assert broken_links(doc) == []
+
+
+def test_the_readme_is_one_screen_of_reference():
+  lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+  assert len(lines) <= README_MAX_LINES, f"README.md has {len(lines)} lines"
+
+
+def test_every_results_folder_is_in_the_index():
+  index = RESULTS / "README.md"
+  linked = {(index.parent / t).resolve() for t in relative_links(index.read_text("utf-8"))}
+  linked |= {p.parent for p in linked if p.name == "README.md"}
+  folders = [p for p in RESULTS.iterdir() if p.is_dir() and p.name != "archive"]
+  folders += [p for p in (RESULTS / "archive").iterdir() if p.is_dir()]
+  missing = [str(p.relative_to(RESULTS)) for p in folders
+             if not p.name.startswith((".", "__")) and p.resolve() not in linked]
+  assert missing == []
+
+
+def test_every_results_folder_has_a_readme():
+  folders = [p for p in RESULTS.iterdir() if p.is_dir() and p.name != "archive"]
+  folders += [p for p in (RESULTS / "archive").iterdir() if p.is_dir()]
+  assert [str(p.relative_to(RESULTS)) for p in folders
+          if not p.name.startswith((".", "__")) and not (p / "README.md").is_file()] == []
+
+
+@pytest.mark.parametrize("folder", ablation_folders(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_table_bleu_means_match_results_jsonl(folder):
+  text = (folder / "table.md").read_text(encoding="utf-8")
+  assert bleu_mismatches(text, _rows(folder / "results.jsonl")) == []
+
+
+def test_ablation_folders_are_found():
+  names = {str(p.relative_to(RESULTS)) for p in ablation_folders()}
+  assert {"quick_cpu", "lr_cpu", "lr_cpu/learning_rate=0.001"} <= names
+
+
+# -- the checks themselves -------------------------------------------------------
+
+_PLAIN = """Test BLEU (sacrebleu, beam 4), mean ± std (max) over seeds; model=rnn.
+
+| dim | additive | multiplicative | params |
+|---|---|---|---|
+| 128 | 14.58 ± 0.61 (15.01) | 13.69 ± 1.73 (14.92) | 1.263M |
+| 1024 | 15.05 ± 0.50 (15.41) | – | 1.609M |
+
+Validation perplexity (teacher-forced), mean ± std (min) over seeds.
+
+| dim | additive | multiplicative | params |
+|---|---|---|---|
+| 128 | 99.00 ± 0.00 (99.00) | 99.00 ± 0.00 (99.00) | 1.263M |
+"""
+
+_GRID = """Grid over `learning_rate`, `warmup_steps`; tables by `learning_rate` = 0.001, 0.003.
+
+## Test BLEU (sacrebleu, beam 4), mean ± std (max) over seeds
+
+a = 128, warmup_steps = 100:
+
+| learning_rate | additive |
+|---|---|
+| 0.001 | 8.51 ± 0.31 (8.73) |
+| 0.003 | 17.49 ± 0.13 (17.59), diverged (1 of 3 seeds) |
+
+## Validation perplexity, mean ± std (min) over seeds
+
+a = 128, warmup_steps = 100:
+
+| learning_rate | additive |
+|---|---|
+| 0.001 | 1.00 ± 0.00 (1.00) |
+"""
+
+
+def _row(arm, dim, bleu, **extra):
+  return {"arm": arm, "dim": dim, "test_bleu": bleu, "diverged_at_step": None, **extra}
+
+
+def test_bleu_check_accepts_a_matching_table_and_names_each_difference():
+  rows = [_row("additive", 128, 14.0), _row("additive", 128, 15.16),
+          _row("multiplicative", 128, 13.69), _row("additive", 1024, 15.05)]
+  assert bleu_mismatches(_PLAIN, rows) == []
+  rows[0]["test_bleu"] = 13.0  # mean 14.08, printed 14.58
+  (problem,) = bleu_mismatches(_PLAIN, rows)
+  assert "additive" in problem and "128" in problem and "14.58" in problem
+  # a cell printed as "–" must have no rows; a row with no cell is reported too
+  extra = [*rows[1:], _row("additive", 128, 14.0), _row("multiplicative", 1024, 5.0),
+           _row("scaled_dot", 128, 9.0)]
+  assert len(bleu_mismatches(_PLAIN, extra)) == 2
+
+
+def test_bleu_check_reads_grid_tables_and_leaves_out_diverged_seeds():
+  rows = [_row("additive", 128, 8.51, learning_rate=0.001, warmup_steps=100),
+          _row("additive", 128, 17.49, learning_rate=0.003, warmup_steps=100),
+          {**_row("additive", 128, None, learning_rate=0.003, warmup_steps=100),
+           "diverged_at_step": 300}]
+  assert table_bleu_means(_GRID) == {
+      ("additive", (("dim", 128.0), ("learning_rate", 0.001), ("warmup_steps", 100.0))): 8.51,
+      ("additive", (("dim", 128.0), ("learning_rate", 0.003), ("warmup_steps", 100.0))): 17.49}
+  assert bleu_mismatches(_GRID, rows) == []
+  rows[1]["warmup_steps"] = 500  # now a point the table does not show
+  assert len(bleu_mismatches(_GRID, rows)) == 2
+  assert bleu_mismatches("no table here", rows) == ["no test-BLEU table found"]
+
+
+def test_links_in_code_and_external_addresses_are_not_checked():
+  text = ("[a](docs/x.md) ![p](results/a%20b.png#top) [e](https://example.org) [s](#usage)\n"
+          "`[c](not/a/link.md)`\n```\n[d](neither.md)\n```\n[r]: results/README.md\n")
+  assert relative_links(text) == ["docs/x.md", "results/a b.png", "results/README.md"]
