@@ -8,12 +8,15 @@ arrays and bookkeeping can never disagree.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import logging
 import math
 import os
+import re
 import tempfile
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -139,9 +142,19 @@ class Checkpointer:
             cleanup_tmp_directories=True))
 
   def save(self, step: int, arrays: Any, meta: dict) -> None:
-    self.manager.save(step, args=ocp.args.Composite(
-        arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
-    self.manager.wait_until_finished()
+    """Saves `step`. A write the system refuses (a full disk, a file size
+    limit) raises an OSError naming the step's folder, with Orbax's own
+    error records (a traceback per thread, ~115 lines) kept off the terminal."""
+    try:
+      with orbax_records_dropped():
+        self.manager.save(step, args=ocp.args.Composite(
+            arrays=ocp.args.StandardSave(arrays), meta=ocp.args.JsonSave(meta)), force=True)
+        self.manager.wait_until_finished()
+    except Exception as e:  # pylint: disable=broad-except  # re-raised unless an OS error
+      error = os_error(e, self._step_dir(step))
+      if error is None:
+        raise
+      raise error from None
     if not multihost.is_primary():
       return
     atomic_write(self._sums_path(step), to_json(_digests(self._step_dir(step)), indent=0))
@@ -168,8 +181,9 @@ class Checkpointer:
       problem = self._verify(step) if step in verified else None
       if problem is None:
         try:
-          out = self.manager.restore(step, args=ocp.args.Composite(
-              arrays=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
+          with orbax_records_dropped():  # the one line below says what went wrong
+            out = self.manager.restore(step, args=ocp.args.Composite(
+                arrays=ocp.args.StandardRestore(abstract), meta=ocp.args.JsonRestore()))
         except Exception as e:  # pylint: disable=broad-except  # any unreadable step
           problem = f"Orbax cannot read it: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
       if problem is None and step in verified:
@@ -232,6 +246,45 @@ class Checkpointer:
     if os.path.exists(self._sums_path(step)):
       os.replace(self._sums_path(step), os.path.join(dest, "sha256.json"))
     return dest
+
+
+_ORBAX_DIR = os.path.dirname(os.path.abspath(ocp.__file__))
+
+
+class _DropOrbax(logging.Filter):
+  """Drops the records logged from Orbax's own files."""
+
+  def filter(self, record: logging.LogRecord) -> bool:
+    return not os.path.abspath(record.pathname).startswith(_ORBAX_DIR)
+
+
+@contextlib.contextmanager
+def orbax_records_dropped() -> Iterator[None]:
+  """Inside, what Orbax logs is dropped (it logs through absl's logger, from
+  its worker threads too). A failed save logs each thread's traceback at
+  ERROR, ~115 lines, before raising the error the caller reports in one
+  line; other libraries' records pass."""
+  logger = logging.getLogger("absl")
+  drop = _DropOrbax()
+  logger.addFilter(drop)
+  try:
+    yield
+  finally:
+    logger.removeFilter(drop)
+
+
+def os_error(error: BaseException, path: str) -> OSError | None:
+  """`error` as an OSError naming `path`, if it is a refused write: Orbax
+  passes TensorStore's as a ValueError whose text ends in
+  "[os_error_code='28']" (ENOSPC; 27, EFBIG, past a file size limit). None
+  for any other error."""
+  if isinstance(error, OSError):
+    return OSError(error.errno, error.strerror, error.filename or path)
+  match = re.search(r"os_error_code='?(\d+)", str(error))
+  if match is None:
+    return None
+  code = int(match.group(1))
+  return OSError(code, os.strerror(code), path)
 
 
 def _digests(folder: str) -> dict[str, str]:

@@ -335,14 +335,48 @@ def test_a_full_disk_mid_write_keeps_the_old_file_and_leaves_no_temporary(tmp_pa
   assert path.read_text() == "old" and os.listdir(tmp_path) == ["table.md"]
 
 
-# The disk fills while the named file is written (its fsync fails); the rest of
-# the run is the real driver.
+# Files may grow to at most LIMIT bytes: a longer write fails in the kernel
+# (EFBIG, the way ENOSPC does on a full disk), in TensorStore's C++ writer as
+# anywhere else. The smoke model's first checkpoint is over it; the files
+# written before that one (settings, lock, metrics, events) are far under it.
+_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+LIMIT = 1 << 16
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a failed write, not a killed process
+resource.setrlimit(resource.RLIMIT_FSIZE, (LIMIT, LIMIT))
+"""
+
+
+def test_a_refused_checkpoint_write_is_one_oserror_naming_the_step_and_nothing_on_stderr(
+    tmp_path):
+  script = _FILE_SIZE_LIMIT + textwrap.dedent(f"""
+      import jax
+      from absl import logging
+      from attention_jax.training import checkpoints
+      logging.set_verbosity(logging.WARNING)
+      ckpt = checkpoints.Checkpointer({str(tmp_path / "ckpt")!r})
+      try:
+        ckpt.save(1, {{"w": jax.random.normal(jax.random.PRNGKey(0), (256, 256))}}, {{}})
+      except OSError as e:
+        print(e.errno, e.filename, e.strerror)
+      """)
+  proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0 and proc.stderr == "", proc.stderr[-2000:]
+  assert proc.stdout.split(maxsplit=2) == ["27", str(tmp_path / "ckpt" / "1"),
+                                           "File too large\n"]
+
+
+# The disk fills while the named file is written (its fsync fails), or at the
+# first checkpoint (`_FILE_SIZE_LIMIT`); the rest of the run is the real driver.
 _FULL_DISK_AT = """
 import os, sys
 from absl import app
 from attention_jax.training import checkpoints
 from experiments import ablation
 victim = sys.argv.pop(1)
+if victim == "checkpoint":
+  exec(FILE_SIZE_LIMIT)
 real_write, real_fsync = checkpoints.atomic_write, os.fsync
 def write(path, data):
   if os.path.basename(path) == victim:
@@ -355,18 +389,20 @@ def write(path, data):
     os.fsync = real_fsync
 checkpoints.atomic_write = write
 app.run(ablation.main)
-"""
+""".replace("FILE_SIZE_LIMIT", repr(_FILE_SIZE_LIMIT))
 
 
-@pytest.mark.slow  # four smoke ablations, ~2 min on 2 cores
-@pytest.mark.parametrize("victim", ["result.json", "table.md"])
+@pytest.mark.slow  # six smoke ablations, ~3 min on 2 cores
+@pytest.mark.parametrize("victim", ["result.json", "table.md", "checkpoint"])
 def test_a_full_disk_during_an_ablation_is_one_line_and_a_rerun_finishes(tmp_path, victim):
   workdir = tmp_path / "w"
   flags = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=40",
            "--eval_every=40", f"--workdir={workdir}"]
   crashed = subprocess.run([sys.executable, "-c", _FULL_DISK_AT, victim, *flags], cwd=ROOT,
                            capture_output=True, text=True)
-  _one_line_failure(crashed, str(workdir), "No space left on device")
+  # One line on stderr, whichever writer failed: no Orbax tracebacks.
+  _one_line_failure(crashed, f"error: {workdir}: ",
+                    "File too large" if victim == "checkpoint" else "No space left on device")
   left = [os.path.join(r, f) for r, _, fs in os.walk(workdir) for f in fs]
   assert not [f for f in left if os.path.basename(f).startswith(checkpoints.TMP_PREFIX)]
   assert (workdir / "runs" / "additive_d8" / "result.json").exists() == (victim == "table.md")
