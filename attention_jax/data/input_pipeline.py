@@ -34,7 +34,8 @@ from attention_jax.data.batching import Batch
 from attention_jax.data.paths import default_data_dir
 
 __all__ = ["NAMES", "DEFAULT_VOCAB_SIZE", "DEFAULT_MAX_LENGTH", "Batch",
-           "TranslationData", "load", "default_data_dir", "tokenizer_path", "corpus_bleu"]
+           "TranslationData", "load", "default_data_dir", "tokenizer_path", "load_tokenizer",
+           "corpus_bleu"]
 
 NAMES = ("bible_en_es", "bible_es_en", "copy", "reverse", "sort",
          "wmt15_britz", "wmt14", "wmt_t2t")
@@ -163,6 +164,22 @@ def tokenizer_path(data_dir: str | os.PathLike, dataset: str, key: str,
   return Path(data_dir) / dataset / "tokenizers" / f"{key}-bpe{vocab_size}.model"
 
 
+def load_tokenizer(builder, path: Path, texts_fn, vocab_size: int, *,
+                   lock_dir: str | os.PathLike, log: Callable[[str], None] = print):
+  """The tokenizer at `path`, trained from `texts_fn()` if missing, checked
+  against the SHA-256 recorded in the completion marker of `builder`'s data
+  (`tfds_prep.recorded_digest`): a model that does not match is named in one
+  line and retrained (`tokenizer.load_or_train`). The digest of what is
+  loaded is recorded there; a model of a preparation made before digests
+  were recorded is taken as it loads, once, and checked from then on."""
+  from attention_jax.data import tfds_prep  # pylint: disable=g-import-not-at-top
+  tok = tokenizer_lib.load_or_train(path, texts_fn, vocab_size,
+                                    sha256=tfds_prep.recorded_digest(builder, path.name),
+                                    log=log)
+  tfds_prep.record_digest(builder, path.name, tok.sha256, lock_dir=lock_dir)
+  return tok
+
+
 def _train_texts_for_tokenizer(sources: list[str], targets: list[str], seed: int = 0):
   n = len(sources)
   if n > MAX_TOKENIZER_PAIRS:
@@ -186,10 +203,10 @@ def _load_bible(name, data_dir, vocab_size, max_length, sword_path=None):
     return cache[split]
 
   # One joint model for both directions: the train split is the same.
-  tok = tokenizer_lib.load_or_train(
-      tokenizer_path(data_dir, builder.name, str(builder.version), vocab_size),
+  tok = load_tokenizer(
+      builder, tokenizer_path(data_dir, builder.name, str(builder.version), vocab_size),
       lambda: _train_texts_for_tokenizer(columns("train")["en"], columns("train")["es"]),
-      vocab_size)
+      vocab_size, lock_dir=data_dir)
   splits = ("train", "validation", "test")
   return TranslationData(
       name, {s: (lambda s=s: (columns(s)[source], columns(s)[target])) for s in splits},
@@ -209,9 +226,10 @@ def _load_wmt(name, data_dir, vocab_size, max_length):
     return cache[split]
 
   config = builder.builder_config.name if builder.builder_config else "default"
-  tok = tokenizer_lib.load_or_train(
-      tokenizer_path(data_dir, builder.name, f"{config}-{builder.version}", vocab_size),
-      lambda: _train_texts_for_tokenizer(*read("train")), vocab_size)
+  tok = load_tokenizer(
+      builder, tokenizer_path(data_dir, builder.name, f"{config}-{builder.version}",
+                              vocab_size),
+      lambda: _train_texts_for_tokenizer(*read("train")), vocab_size, lock_dir=data_dir)
   loaders = {s: (lambda s=s: read(s)) for s in wmt.SPLITS[name]}
   return TranslationData(name, loaders, tok, max_length=max_length,
                          source_lang=wmt.SOURCE, target_lang=wmt.TARGET)

@@ -16,9 +16,12 @@ from typing import Sequence
 
 import tensorflow_datasets as tfds
 
-__all__ = ["ensure_prepared", "read_split", "read_source", "MARKER"]
+__all__ = ["ensure_prepared", "read_split", "read_source", "MARKER", "recorded_digest",
+           "record_digest"]
 
-# Written last into a prepared version folder: every file's size and SHA-256.
+# Written last into a prepared version folder: every file's size and SHA-256
+# ("files"), and the SHA-256 of the files trained from the data that live
+# outside the folder, by name ("derived": the tokenizer models).
 MARKER = ".attention_jax_complete.json"
 
 
@@ -103,8 +106,7 @@ def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool =
   builder = make_builder()
   if _complete(builder, marker):
     return builder
-  config = builder.builder_config.name if builder.builder_config else "default"
-  with _exclusive(Path(lock_dir) / f".{builder.name}-{config}.lock"):
+  with _exclusive(_lock_file(builder, lock_dir)):
     builder = make_builder()
     if _complete(builder, marker):  # Another process finished it meanwhile.
       return builder
@@ -126,6 +128,43 @@ def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool =
       tmp.write_text(json.dumps({"counts": counts, "files": _file_digests(path)}))
       os.replace(tmp, path / MARKER)
   return make_builder()
+
+
+def _lock_file(builder, lock_dir: str | os.PathLike) -> Path:
+  config = builder.builder_config.name if builder.builder_config else "default"
+  return Path(lock_dir) / f".{builder.name}-{config}.lock"
+
+
+def recorded_digest(builder, name: str) -> str | None:
+  """The SHA-256 that `record_digest` recorded for `name` in the completion
+  marker of `builder`'s data, or None (none recorded, or no marker)."""
+  try:
+    record = json.loads((Path(os.fspath(builder.data_path)) / MARKER).read_text())
+    digest = record["derived"][name]
+  except (OSError, ValueError, KeyError, TypeError):
+    return None
+  return digest if isinstance(digest, str) else None
+
+
+def record_digest(builder, name: str, digest: str, *, lock_dir: str | os.PathLike) -> None:
+  """Records `digest` as the SHA-256 of `name` (a file trained from the data,
+  such as a tokenizer model) in the completion marker of `builder`'s data,
+  replaced atomically under the preparation's lock. Nothing where the data
+  has no marker (prepared with `marker=False`, e.g. by plain TFDS)."""
+  path = Path(os.fspath(builder.data_path))
+  if recorded_digest(builder, name) == digest:
+    return
+  with _exclusive(_lock_file(builder, lock_dir)):
+    try:
+      record = json.loads((path / MARKER).read_text())
+    except (OSError, ValueError):
+      return
+    if not isinstance(record, dict) or not isinstance(record.get("derived", {}), dict):
+      return
+    record["derived"] = {**record.get("derived", {}), name: digest}
+    tmp = path / f"{MARKER}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(record))
+    os.replace(tmp, path / MARKER)
 
 
 def _as_str(value) -> str:

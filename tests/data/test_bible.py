@@ -14,6 +14,7 @@ import pytest
 import tensorflow_datasets as tfds
 
 from attention_jax.data import bible, input_pipeline, sword, tfds_prep
+from attention_jax.data import tokenizer as tokenizer_lib
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -150,6 +151,8 @@ def test_tokenizer_is_cached_and_reused(en_es, data_dir, sword_root):
   again = input_pipeline.load("bible_en_es", data_dir=data_dir, sword_path=sword_root)
   assert model.stat().st_mtime_ns == before
   assert again.tokenizer.encode("Jesus wept.") == en_es.tokenizer.encode("Jesus wept.")
+  builder = bible.prepare("en-es", data_dir=data_dir, sword_path=sword_root)
+  assert tfds_prep.recorded_digest(builder, model.name) == again.tokenizer.sha256
 
 
 def test_vocab_size_too_large_names_the_flag(en_es, data_dir, sword_root):
@@ -297,6 +300,72 @@ def test_a_builder_made_before_another_prepared_the_data_is_not_returned(tmp_pat
   assert builder is not stale
   cols = tfds_prep.read_source(builder.as_data_source(split="test"), ("en",))
   assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(10))
+
+
+# --- the tokenizer model is checked against its recorded SHA-256 -----------------
+
+_SAMPLE = "el principio crió Dios los cielos y la tierra, in the beginning God created"
+
+
+def _silent_damage(model: bytes) -> bytes:
+  """`model` with the first single-bit flip (from the middle on) that
+  SentencePiece still loads and that changes the tokens of `_SAMPLE`."""
+  from attention_jax.data import tokenizer
+  want = tokenizer.SentencePieceTokenizer(model).encode(_SAMPLE)
+  for byte in range(len(model) // 2, len(model)):
+    for bit in range(8):
+      damaged = bytearray(model)
+      damaged[byte] ^= 1 << bit
+      try:
+        if tokenizer.SentencePieceTokenizer(bytes(damaged)).encode(_SAMPLE) != want:
+          return bytes(damaged)
+      except (RuntimeError, ValueError):
+        pass
+  raise AssertionError("no flip found that still loads")
+
+
+def test_a_tokenizer_model_damaged_after_training_is_named_and_retrained(tmp_path):
+  from tests.data.test_tokenizer import _corpus
+  builder = tfds_prep.ensure_prepared(
+      lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record"), lock_dir=tmp_path)
+  path = tmp_path / "toy_pairs" / "tokenizers" / "1.0.0-bpe400.model"
+  trained, lines = [], []
+
+  def load():
+    return input_pipeline.load_tokenizer(
+        builder, path, lambda: trained.append(1) or _corpus(), 400, lock_dir=tmp_path,
+        log=lines.append)
+
+  first = load()
+  assert tfds_prep.recorded_digest(builder, path.name) == first.sha256
+  assert load().encode(_SAMPLE) == first.encode(_SAMPLE) and len(trained) == 1
+  path.write_bytes(_silent_damage(path.read_bytes()))  # SentencePiece loads it
+
+  again = load()
+  assert len(trained) == 2 and again.encode(_SAMPLE) == first.encode(_SAMPLE)
+  assert len(lines) == 1 and str(path) in lines[0] and "SHA-256" in lines[0]
+  assert tfds_prep.recorded_digest(builder, path.name) == again.sha256
+  # The data's own checks still pass: the record is in the completion marker.
+  assert tfds_prep.ensure_prepared(lambda: ToyPairs(data_dir=str(tmp_path),
+                                                    file_format="array_record"),
+                                   lock_dir=tmp_path).data_path == builder.data_path
+  assert not list(Path(os.fspath(builder.data_path)).glob(f"{tfds_prep.MARKER}.*"))
+
+
+def test_a_tokenizer_of_a_preparation_without_a_recorded_digest_is_recorded_once(tmp_path):
+  # Prepared before digests were recorded: the model is taken as it loads,
+  # its digest recorded, and checked from then on.
+  from tests.data.test_tokenizer import _corpus
+  builder = tfds_prep.ensure_prepared(
+      lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record"), lock_dir=tmp_path)
+  path = tmp_path / "toy_pairs" / "tokenizers" / "1.0.0-bpe400.model"
+  path.parent.mkdir(parents=True)
+  path.write_bytes(tokenizer_lib.train_sentencepiece(_corpus(), 400))
+  assert tfds_prep.recorded_digest(builder, path.name) is None
+  lines = []
+  tok = input_pipeline.load_tokenizer(builder, path, lambda: pytest.fail("retrained"), 400,
+                                      lock_dir=tmp_path, log=lines.append)
+  assert lines == [] and tfds_prep.recorded_digest(builder, path.name) == tok.sha256
 
 
 def test_half_written_bible_is_rebuilt(tmp_path, sword_root):
