@@ -2,11 +2,11 @@
 
 Two layers, both with the score function chosen by name (`SCORES`):
 
-- `Attention`: single-head attention for RNN decoders (SPEC.md §2), query =
+- `Attention`: single-head attention for RNN decoders (docs/formulas.md §2), query =
   decoder state, keys = values = encoder states, with the score's parameters
   and a `prepare` step that projects the keys once per source sentence, so a
   decoder `lax.scan` does only the query-side work at every step.
-- `MultiHeadAttention`: the Transformer's multi-head attention (SPEC.md §4)
+- `MultiHeadAttention`: the Transformer's multi-head attention (docs/formulas.md §4)
   with any score applied per head, masks, dropout on the weights, bfloat16
   compute with float32 parameters, an autoregressive key/value cache and the
   attention weights returned on request.

@@ -1,4 +1,4 @@
-"""Positional encodings (SPEC.md §4).
+"""Positional encodings (docs/formulas.md §4).
 
 `sinusoidal` is the fixed table of Vaswani et al.; `learned` looks positions up
 in a trainable table that the caller owns (Flax modules hold it as a Param).

@@ -1,4 +1,4 @@
-"""Attention score functions f(query, key) -> scores (SPEC.md §3).
+"""Attention score functions f(query, key) -> scores (docs/formulas.md §3).
 
 Pure JAX: no parameters are created here, weights are passed in. Every
 function maps

@@ -1,6 +1,6 @@
 """Tests for attention_jax.layers: `Attention` (RNN) and `MultiHeadAttention`.
 
-References are written in NumPy (float64) from the formulas in SPEC.md §3-4,
+References are written in NumPy (float64) from the formulas in docs/formulas.md §3-4,
 reading the layers' parameters.
 """
 

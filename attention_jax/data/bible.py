@@ -1,4 +1,4 @@
-"""KJV <-> Reina-Valera 1909 verse pairs as a TFDS dataset (SPEC.md §5).
+"""KJV <-> Reina-Valera 1909 verse pairs as a TFDS dataset (docs/formulas.md §5).
 
 `BibleTranslate` is a `tfds.core.GeneratorBasedBuilder` with two configs,
 `en-es` and `es-en` (same examples, swapped `supervised_keys`). Each example is
@@ -107,7 +107,7 @@ def load_split_pairs(sword_path: str | os.PathLike | None = None,
   if not PAIR_RANGE[0] <= len(pairs) <= PAIR_RANGE[1]:
     raise sword.SwordModuleError(
         f"{where} gave {len(pairs)} verse pairs after filtering, expected "
-        f"{PAIR_RANGE[0]}..{PAIR_RANGE[1]} (SPEC.md §5). The module files may be "
+        f"{PAIR_RANGE[0]}..{PAIR_RANGE[1]} (docs/formulas.md §5). The module files may be "
         f"corrupt or a different edition. {sword.INSTALL_HINT}")
   splits = split_pairs(pairs)
   for name, (lo, hi) in SPLIT_RANGES.items():

@@ -1,6 +1,6 @@
 """Reads SWORD zText Bible modules in pure Python and cleans their OSIS markup.
 
-SPEC.md §5. A zText module stores each testament (`ot`, `nt`) in three files:
+docs/formulas.md §5. A zText module stores each testament (`ot`, `nt`) in three files:
 
     <t>.bzs  [N_blocks] x (uint32 offset, uint32 size, uint32 raw_size)  into .bzz
     <t>.bzz  zlib-compressed blocks
@@ -328,7 +328,7 @@ def read_parallel(path: str | os.PathLike | None = None) -> list[VersePair]:
     path: SWORD root; None searches `default_search_paths()`.
 
   Returns:
-    31,084 `VersePair`s for the Debian modules (SPEC.md §5); filters by
+    31,084 `VersePair`s for the Debian modules (docs/formulas.md §5); filters by
     length are applied later (`bible.filter_pairs`).
   """
   root = find_sword_root(path)

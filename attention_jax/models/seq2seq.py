@@ -1,4 +1,4 @@
-"""RNN encoder-decoder (SPEC.md §1-2) with and without attention, in Flax NNX.
+"""RNN encoder-decoder (docs/formulas.md §1-2) with and without attention, in Flax NNX.
 
 Encoder: embedding, then 1..n layers of GRU / LSTM (Flax's cells, each run
 by one `lax.scan`), uni- or bidirectional, variable lengths respected (the

@@ -1,4 +1,4 @@
-"""Transformer encoder-decoder (Vaswani et al. 2017; SPEC.md §4) in Flax NNX.
+"""Transformer encoder-decoder (Vaswani et al. 2017; docs/formulas.md §4) in Flax NNX.
 
     memory = Encoder(src)                      # N x [self-attn, FFN]
     logits = Decoder(tgt_in, memory)           # N x [causal self-attn, cross-attn, FFN]

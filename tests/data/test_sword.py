@@ -1,4 +1,4 @@
-"""zText reader and OSIS cleaning (SPEC.md §5)."""
+"""zText reader and OSIS cleaning (docs/formulas.md §5)."""
 
 import re
 import shutil
@@ -70,7 +70,7 @@ def test_slot_counts(sword_root):
 
 
 def test_pair_count_and_ends(pairs):
-  assert len(pairs) == 31_084  # SPEC.md §5
+  assert len(pairs) == 31_084  # docs/formulas.md §5
   assert len({p.ref for p in pairs}) == len(pairs)
   first, last = pairs[0], pairs[-1]
   assert first.ref == "Genesis 1:1"
