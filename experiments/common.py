@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from attention_jax.training import config as config_lib
+from attention_jax.training import interrupts
 
 FLAGS = flags.FLAGS
 
@@ -132,6 +133,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
   `report_only` only rewrites the reports), prints the table."""
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
+  interrupts.install()  # SIGTERM, Ctrl-C: checkpoint after the step, exit 143 / 130
   cfg, axes = build_config(extra, sweep)
   from attention_jax.training import sweep  # heavy imports only after the checks
 
@@ -143,6 +145,8 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
       return
     maybe_start_distributed()
     table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh(), axes=axes)
+  except interrupts.Interrupted as e:  # the trainer said where it stopped
+    sys.exit(e.exit_code)
   except ValueError as e:
     sys.exit(f"error: {e}")
   except OSError as e:  # a full disk, a folder made read-only mid-run: one line, no traceback

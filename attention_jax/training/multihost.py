@@ -27,6 +27,14 @@ def agree(flag: bool) -> bool:
   return bool(multihost_utils.broadcast_one_to_all(np.asarray(flag, np.bool_)))
 
 
+def anywhere(flag: bool) -> bool:
+  """True in every process if `flag` is True in any (a stop that one process
+  was asked for must happen in all at the same step)."""
+  if jax.process_count() == 1:
+    return bool(flag)
+  return bool(np.any(multihost_utils.process_allgather(np.asarray(flag, np.bool_))))
+
+
 def to_host(x) -> np.ndarray:
   """A device array as numpy in every process, gathered from the other
   processes where it is split across them (a decoded batch, for instance)."""

@@ -32,6 +32,7 @@ import contextlib
 import hashlib
 import json
 import os
+import signal
 import time
 from typing import Callable
 
@@ -41,6 +42,7 @@ import numpy as np
 from attention_jax.data import input_pipeline
 from attention_jax.training import checkpoints
 from attention_jax.training import config as config_lib
+from attention_jax.training import interrupts
 from attention_jax.training import multihost
 from attention_jax.training import reporting
 from attention_jax.training import significance as significance_lib
@@ -288,19 +290,25 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   under `workdir` (module docstring). With `cfg.workers > 1` the unfinished
   (point, arm, dim) runs are trained that many at a time, each in its own
   single-threaded process (largest dimension first, so the longest runs
-  start first); otherwise one after another here.
+  start first); otherwise one after another here. A run whose parameters
+  and optimiser state alone cannot fit in memory is refused before the
+  workdir is made (`train_lib.check_memory`).
   """
   points = config_lib.grid(cfg, axes) if axes else None
+  loaded = {} if data is None else {_data_key(cfg): data}
+  for point_cfg, _ in _targets(cfg, workdir, points):  # before anything is made
+    for arm in point_cfg.sweep():
+      train_lib.check_memory(point_cfg, arm, _data(point_cfg, loaded))
   os.makedirs(workdir, exist_ok=True)
   if not multihost.is_primary():  # the primary holds the locks and writes every file
-    _run_locked(cfg, workdir, points, mesh=mesh, log=log, data=data)
+    _run_locked(cfg, workdir, points, mesh=mesh, log=log, loaded=loaded)
     log(f"process {jax.process_index()} of {jax.process_count()}: done; process 0 "
         "writes the results")
     return None
   with contextlib.ExitStack() as locks:  # one driver per workdir, and per grid point
     for folder in [workdir] + [point_dir(workdir, p) for p in points or ()]:
       locks.enter_context(workdir_lock.WorkdirLock(folder, log=log))
-    return _run_locked(cfg, workdir, points, mesh=mesh, log=log, data=data)
+    return _run_locked(cfg, workdir, points, mesh=mesh, log=log, loaded=loaded)
 
 
 def report_only(cfg: ExperimentConfig, workdir: str,
@@ -351,7 +359,15 @@ def _data_key(cfg: ExperimentConfig):
   return (cfg.dataset, cfg.data_dir, cfg.vocab_size, cfg.max_length)
 
 
-def _run_locked(cfg, workdir, points, *, mesh, log, data) -> str | None:
+def _data(cfg: ExperimentConfig, loaded: dict):
+  """The dataset of `cfg`, loaded once into `loaded` (keyed by `_data_key`)."""
+  key = _data_key(cfg)
+  if key not in loaded:
+    loaded[key] = load_data(cfg)
+  return loaded[key]
+
+
+def _run_locked(cfg, workdir, points, *, mesh, log, loaded: dict) -> str | None:
   primary = multihost.is_primary()
   for path in checkpoints.remove_stale_temporaries(workdir) if primary else ():
     log(f"removed {path}, left by an interrupted write")
@@ -387,14 +403,15 @@ def _run_locked(cfg, workdir, points, *, mesh, log, data) -> str | None:
     pending.sort(key=lambda job: -job[2].attention_dim)
     finished = _run_in_workers(cfg.workers, pending, deadline, report)
   else:
-    loaded = {} if data is None else {_data_key(cfg): data}
     finished = True
     for point_cfg, folder, arm in pending:
-      key = _data_key(point_cfg)
-      if key not in loaded:
-        loaded[key] = load_data(point_cfg)
-      if not train_group(point_cfg, folder, arm, loaded[key], mesh=mesh, log=log,
-                         deadline=deadline):
+      if multihost.anywhere(interrupts.requested() is not None):  # between two runs
+        signum = interrupts.requested() or signal.SIGTERM
+        log(f"{signal.Signals(signum).name}: stopped before [{arm.label}]; finished runs "
+            "are kept, re-run the same command to continue")
+        raise interrupts.Interrupted(signum)
+      if not train_group(point_cfg, folder, arm, _data(point_cfg, loaded), mesh=mesh,
+                         log=log, deadline=deadline):
         finished = False
         break
       if primary:
@@ -442,7 +459,11 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, 
 _ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def _worker_init(parent_pid: int) -> None:
+def _worker_init(parent_pid: int, stop) -> None:
+  """Set-up of a `--workers` process: single-threaded XLA, dies with the
+  driver, and stops its run as the driver is asked to (`interrupts.watch`
+  of the `stop` event)."""
+  interrupts.watch(stop)
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
                              _ONE_THREAD_XLA_FLAGS).strip()
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
@@ -460,6 +481,7 @@ _WORKER_DATA = {}
 
 def _worker_task(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm,
                  deadline: float | None) -> bool:
+  interrupts.check()  # asked to stop before this run began: nothing to save
   key = _data_key(cfg)
   if key not in _WORKER_DATA:
     _WORKER_DATA.clear()  # one dataset at a time in a worker
@@ -470,16 +492,30 @@ def _worker_task(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm,
 
 def _run_in_workers(workers: int, pending: list, deadline: float | None, report) -> bool:
   """Trains the `(config, workdir, arm)` jobs of `pending` in `workers`
-  processes; `report(config, workdir)` after each finishes."""
+  processes; `report(config, workdir)` after each finishes.
+
+  A stop requested of the driver (SIGTERM, Ctrl-C: `interrupts`) sets an
+  event every worker watches: each running run saves its checkpoint after its
+  step and the queued ones do not start; once every worker has answered, the
+  driver raises `interrupts.Interrupted`.
+  """
   import multiprocessing  # pylint: disable=g-import-not-at-top
   ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
-  finished = True
+  stop = ctx.Event()
+  interrupts.share(stop)
+  finished, interrupted = True, False
   with ctx.Pool(min(workers, len(pending)), initializer=_worker_init,
-                initargs=(os.getpid(),)) as pool:
+                initargs=(os.getpid(), stop)) as pool:
     tasks = [(job, pool.apply_async(_worker_task, (*job, deadline))) for job in pending]
     for (point_cfg, folder, _), task in tasks:
-      finished = task.get() and finished
+      try:
+        finished = task.get() and finished
+      except interrupts.Interrupted:
+        interrupted = True
+        continue
       report(point_cfg, folder)
+  if interrupted:
+    raise interrupts.Interrupted(interrupts.requested() or signal.SIGTERM)
   return finished
 
 

@@ -16,6 +16,7 @@ import functools
 import json
 import math
 import os
+import signal
 import time
 from typing import Any, Callable, Iterator
 
@@ -35,6 +36,7 @@ from attention_jax.data import input_pipeline
 from attention_jax.training import board as board_lib
 from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
+from attention_jax.training import interrupts
 from attention_jax.training import multihost
 from attention_jax.training import steps
 from attention_jax.training.config import Arm, ExperimentConfig
@@ -471,6 +473,9 @@ class EnsembleTrainer:
     """Trains to `cfg.steps`, resuming from `run_dir` if it holds a checkpoint.
 
     Returns None when `deadline` (a `time.time()` value) stops it early.
+    Raises `interrupts.Interrupted` after the step during which SIGTERM or
+    Ctrl-C came (once `interrupts.install` made them requests), with that
+    step's checkpoint saved.
     """
     cfg = self.cfg
     os.makedirs(run_dir, exist_ok=True)
@@ -554,17 +559,23 @@ class EnsembleTrainer:
         log(f"[{self.arm.label}] step {step}: validation BLEU "
             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
             f"{' '.join(f'{p:.2f}' for p in ppl)}")
-      if step % cfg.checkpoint_every == 0 or step == cfg.steps:
-        board.flush()  # on disk before the checkpoint: a resume purges only what follows
-        ckpt.save(step, self.arrays(), {"step": step, "train_seconds": train_seconds,
-                                        "best_bleu": self.best_bleu.tolist(),
-                                        "best_step": self.best_step.tolist(),
-                                        "diverged_at": self.diverged_at.tolist()})
+      saved = step % cfg.checkpoint_every == 0 or step == cfg.steps
+      if saved:
+        self._save(ckpt, board, step, train_seconds)
         if (deadline is not None and step < cfg.steps
             and multihost.agree(time.time() > deadline)):
           log(f"[{self.arm.label}] time budget reached at step {step}; "
               "checkpoint saved, re-run the same command to resume")
           return None
+      # SIGTERM or Ctrl-C (`interrupts`): the steps so far are kept, and
+      # every process stops at the same step.
+      if multihost.anywhere(interrupts.requested() is not None):
+        if not saved:
+          self._save(ckpt, board, step, train_seconds)
+        signum = interrupts.requested() or signal.SIGTERM
+        log(f"[{self.arm.label}] {signal.Signals(signum).name}: checkpoint saved at step "
+            f"{step}; re-run the same command to resume")
+        raise interrupts.Interrupted(signum)
 
     self._check_params(step, log)
     ok = self.diverged_at == 0
@@ -593,6 +604,14 @@ class EnsembleTrainer:
     attention = self.alignment(self.best_params, "test")
     return GroupResult(rows=rows, attention=attention,
                        translations={"references": test_refs, "hypotheses": test_hyps})
+
+  def _save(self, ckpt, board, step: int, train_seconds: float) -> None:
+    """The checkpoint of `step`: arrays and the bookkeeping a resume needs."""
+    board.flush()  # on disk before the checkpoint: a resume purges only what follows
+    ckpt.save(step, self.arrays(), {"step": step, "train_seconds": train_seconds,
+                                    "best_bleu": self.best_bleu.tolist(),
+                                    "best_step": self.best_step.tolist(),
+                                    "diverged_at": self.diverged_at.tolist()})
 
   def _pieces(self, ids) -> list[str]:
     """Token strings up to and including <eos>, for heat-map axes."""
@@ -642,6 +661,56 @@ def jaxpr_bytes(jaxpr) -> int:
         inner = getattr(sub, "jaxpr", sub)
         total += jaxpr_bytes(inner) - sum(size(v) for v in inner.invars)
   return total
+
+
+# What training keeps of every parameter whatever the batch: the parameter,
+# Adam's two moments and the best-validation copy (`EnsembleTrainer.arrays`).
+COPIES_PER_PARAMETER = 4
+
+
+def state_bytes(cfg: ExperimentConfig, arm: Arm, data) -> tuple[int, int]:
+  """`(parameters of one model, bytes of the training state of the ensemble)`
+  of one sweep point: `COPIES_PER_PARAMETER` copies of every parameter for
+  each of the `cfg.seeds` members. From `jax.eval_shape` of the model's
+  construction: nothing is allocated, so an absurd size is measured, not
+  attempted. Activations and evaluation come on top."""
+  model_cls, model_config = model_for(cfg, arm, data)
+  abstract = nnx.eval_shape(lambda: model_cls(model_config, rngs=nnx.Rngs(0)))
+  leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
+  count = sum(int(np.prod(x.shape, dtype=np.int64)) for x in leaves)
+  size = sum(int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize for x in leaves)
+  return count, size * COPIES_PER_PARAMETER * cfg.seeds
+
+
+def check_memory(cfg: ExperimentConfig, arm: Arm, data, available: int | None = None) -> None:
+  """A ValueError of one line, naming the size flags, if the training state
+  of `arm` (`state_bytes`) exceeds the memory it would live in
+  (`training_memory()` unless `available` is given), shared by the
+  `cfg.workers` processes that train at once. Called before anything is
+  made: a size that cannot fit ends in one line and no workdir, not in an
+  out-of-memory traceback after the workdir was made."""
+  count, need = state_bytes(cfg, arm, data)
+  available = training_memory() if available is None else available
+  share = max(cfg.workers, 1)
+  if need > available / share:
+    shared = f", shared by {share} --workers" if share > 1 else ""
+    raise ValueError(
+        f"{arm.label}: {cfg.seeds} seed(s) of {count:,} parameters need "
+        f"{need / 2**30:,.1f} GiB for the parameters, Adam moments and best copy alone, "
+        f"over the {available / 2**30:,.1f} GiB of memory available{shared}; lower --dims "
+        "(--dim of experiments.train), --hidden_dim, --embed_dim, --ff_dim, --vocab_size "
+        "or --seeds.")
+
+
+def training_memory() -> int:
+  """Bytes the training state may take: an accelerator's own memory (its
+  `bytes_limit`; with data parallelism every device holds a replica), else
+  what the system has available (`available_memory`)."""
+  device = jax.devices()[0]
+  stats = device.memory_stats() if device.platform != "cpu" else None
+  if stats and stats.get("bytes_limit"):
+    return int(stats["bytes_limit"])
+  return available_memory()
 
 
 def available_memory() -> int:

@@ -146,6 +146,90 @@ def test_resume_after_kill_matches_uninterrupted(tmp_path):
   assert sorted(log(killed)) == sorted(log(straight))
 
 
+_STOP_FLAGS = ["--preset=smoke", "--arm=additive", "--dim=8", "--steps=80",
+               "--checkpoint_every=40", "--eval_every=40", "--log_every=10"]
+
+
+def _stopped(command, workdir, signum, after="step 10/", group=False):
+  """Runs `command` (a driver and its flags) on `workdir`, sends `signum`
+  once a line of its output holds `after` (to the driver, or with `group` to
+  its whole process group, as a terminal's Ctrl-C does), and returns the
+  finished process and its output."""
+  p = subprocess.Popen([sys.executable, "-m", *command, f"--workdir={workdir}"], cwd=ROOT,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       start_new_session=group)
+  seen = []
+  for line in p.stdout:
+    seen.append(line)
+    if after in line:
+      break
+  assert p.poll() is None, "the run finished before it could be stopped"
+  (os.killpg if group else os.kill)(p.pid, signum)
+  out, err = p.communicate(timeout=300)
+  return p, "".join(seen) + out, err
+
+
+def _stop_line(out, signum):
+  """The step of the one line saying where the run stopped."""
+  name = signal.Signals(signum).name
+  lines = [l for l in out.splitlines() if f"{name}: checkpoint saved at step" in l]
+  assert len(lines) == 1, out
+  return int(lines[0].split("at step ")[1].split(";")[0])
+
+
+def test_ctrl_c_saves_a_checkpoint_after_the_step_and_exits_130_without_a_traceback(
+    tmp_path):
+  workdir = tmp_path / "w"
+  p, out, err = _stopped(["experiments.train", *_STOP_FLAGS], workdir, signal.SIGINT)
+  assert p.returncode == 130, err[-3000:]
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+  step = _stop_line(out, signal.SIGINT)
+  assert 10 <= step < 80
+  ckpt = workdir / "runs" / "additive_d8" / "checkpoints"
+  assert str(step) in os.listdir(ckpt)  # saved where it stopped, not at a multiple of 40
+  assert (ckpt.parent / "checkpoints_sha256" / f"{step}.json").exists()
+  assert not (ckpt.parent / "result.json").exists()
+
+
+@pytest.mark.slow  # three smoke runs per signal
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_run_stopped_by_a_signal_resumes_there_with_the_numbers_of_an_uninterrupted_one(
+    tmp_path, signum):
+  straight = str(tmp_path / "straight")
+  proc = _driver("train", *_STOP_FLAGS, f"--workdir={straight}")
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  stopped = str(tmp_path / "stopped")
+  p, out, err = _stopped(["experiments.train", *_STOP_FLAGS], stopped, signum)
+  assert p.returncode == 128 + signum and "Traceback" not in err, err[-3000:]
+  step = _stop_line(out, signum)
+  resumed = _driver("train", *_STOP_FLAGS, f"--workdir={stopped}")
+  assert resumed.returncode == 0, resumed.stderr[-3000:]
+  assert f"resumed at step {step}" in resumed.stdout
+  assert _numbers(_rows(stopped)) == _numbers(_rows(straight))
+  def log(workdir):
+    path = os.path.join(workdir, "runs", "additive_d8", "metrics.jsonl")
+    return sorted(json.dumps(r, sort_keys=True) for r in map(json.loads, open(path)))
+  assert log(stopped) == log(straight)
+
+
+@pytest.mark.slow  # two smoke runs in two worker processes, stopped and resumed
+def test_ctrl_c_stops_every_worker_after_its_step_and_a_rerun_resumes_them(tmp_path):
+  workdir = str(tmp_path / "w")
+  command = ["experiments.ablation", "--preset=smoke", "--arms=additive,multiplicative",
+             "--dims=8", "--steps=80", "--checkpoint_every=40", "--eval_every=40",
+             "--log_every=10", "--workers=2"]
+  # Ctrl-C in a terminal reaches the driver and its workers (one process group).
+  p, out, err = _stopped(command, workdir, signal.SIGINT, after="step 10/", group=True)
+  assert p.returncode == 130 and "Traceback" not in err, err[-3000:]
+  stops = [l for l in out.splitlines() if "checkpoint saved at step" in l]
+  assert len(stops) == 2 and {l.split("]")[0] for l in stops} == {
+      "[additive d=8", "[multiplicative d=8"}, out
+  rerun = _driver("ablation", *command[1:], f"--workdir={workdir}")
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert rerun.stdout.count("resumed at step") == 2
+  assert len(_rows(workdir)) == 4
+
+
 def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
   """A larger --steps on a finished run (constant schedule) continues it from
   its last checkpoint to the numbers a run of that length from scratch gives;

@@ -198,6 +198,27 @@ def test_the_location_score_is_built_for_every_sentence_evaluation_sees():
   assert 0 <= bleu[0] <= 100 and np.isfinite(ppl[0]) and ppl[0] >= 1
 
 
+def test_the_training_state_is_measured_without_allocating_it():
+  cfg = _cfg(seeds=2)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  arm = config.Arm.of("additive", 8)
+  count, need = train_lib.state_bytes(cfg, arm, data)
+  trainer = train_lib.EnsembleTrainer(cfg, arm, data, (0, 1))
+  held = sum(x.nbytes for x in jax.tree.leaves(trainer.arrays()))  # params, Adam, best copy
+  assert count == trainer.num_params and need == 4 * 4 * count * 2
+  assert need <= held <= need + 64  # and Adam's step counters
+  train_lib.check_memory(cfg, arm, data, available=need)  # fits exactly
+  with pytest.raises(ValueError, match=r"additive d=8: 2 seed\(s\) .* --dims") as info:
+    train_lib.check_memory(cfg, arm, data, available=need - 1)
+  assert "\n" not in str(info.value)
+  two = _cfg(seeds=2, workers=2)  # two worker processes share the memory
+  with pytest.raises(ValueError, match="shared by 2 --workers"):
+    train_lib.check_memory(two, arm, data, available=2 * need - 1)
+  # An absurd size is measured in an instant: nothing of it is allocated.
+  huge_count, huge = train_lib.state_bytes(cfg, config.Arm.of("additive", 10**9), data)
+  assert huge_count > 6 * 10**10 and huge > 10**12
+
+
 def test_a_flag_of_the_other_model_family_is_refused():
   config.check_family("rnn", {"cell": "lstm", "embed_dim": 64})
   config.check_family("transformer", {"num_heads": 4, "hidden_dim": 64})
