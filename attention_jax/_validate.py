@@ -49,7 +49,7 @@ def as_float(x, name: str):
   """`x` as an array; integer and bool arrays are promoted to float32.
 
   Attention is real-valued: integer inputs would truncate the `1/√d` scale and
-  the softmax weights to 0 (issue 12), so every public function computes on
+  the softmax weights to 0, so every public function computes on
   float32 copies of integer arguments instead. Float dtypes are kept.
   """
   x = jnp.asarray(x)

@@ -78,7 +78,7 @@ def _param(init, key, shape, dtype):
 # pass instead of stored: inside the RNN decoder's `lax.scan` a stored block
 # is stacked over all T steps (`[T, B, 1, S, a]`, 537 MB per step at B = 64,
 # T = S = 32, a = 1024), and zero-filling and re-reading that buffer cost more
-# than the recomputed tanh on 2 CPU cores (profile and timings: issue 9).
+# than the recomputed tanh on 2 CPU cores (measured with a jax.profiler trace of the quick model).
 _additive_rematerialised = jax.checkpoint(scores_lib.additive_projected)
 
 

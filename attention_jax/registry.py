@@ -68,7 +68,7 @@ SCORES: dict[str, Score] = {s.name: s for s in (
     Score("scaled_multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩ / √a",
           "Britz et al. 2017 eq. 7 with the scaling of Vaswani et al. 2017",
           projected=True, fused="scaled_dot", on_projected="scaled_dot"),
-    # The modern fixes of logit growth (opt-in arms; issue 13).
+    # The modern fixes of logit growth (opt-in arms).
     Score("qk_norm", "g · ⟨ŝ, ĥ⟩, x̂ = x/‖x‖ of W_1 s + b_1, W_2 h + b_2; g learned",
           "Henry et al. 2020 (QKNorm); g starts at log₂(L² − L)",
           projected=True, on_projected="qk_norm", params=("g",), needs_length=True),

@@ -420,7 +420,7 @@ def test_attention_rejects_bad_options(raises_at_trace):
 
 
 def test_integer_inputs_give_the_float_result():
-  # issue 12: int32 inputs used to truncate the scale and the weights to 0
+  # int32 inputs used to truncate the scale and the weights to 0
   q, k, v = jnp.ones((1, 2, 4), jnp.int32), jnp.ones((1, 3, 4), jnp.int32), jnp.full(
       (1, 3, 4), 7, jnp.int32)
   for implementation in ("plain", "xla", "blockwise", "auto"):

@@ -19,7 +19,7 @@ def test_flops_match_hand_computed_values():
   assert bm.attention_flops(2, 3, 5, 7, 11, causal=True) == 4620
   assert bm.attention_flops(2, 3, 5, 7, 11, backward=True) == 32340  # × 3.5
   assert bm.attention_flops(2, 3, 5, 7, 11, causal=True, backward=True) == 16170
-  # The CPU target shape: B = H = 8, T = 512, D = 64 -> 2^32 forward FLOPs.
+  # The CPU target shape: B = H = 8, T = 512, D = 64 -> 2^32 forward FLOPs.
   assert bm.attention_flops(8, 8, 512, 512, 64) == 2 ** 32
   assert bm.attention_flops(8, 8, 512, 512, 64, backward=True) == 3.5 * 2 ** 32
 

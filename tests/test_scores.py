@@ -241,7 +241,7 @@ def _fwd_bwd_temp_bytes(fn, b, t, d, a):
 
 
 def test_additive_forward_backward_memory_is_chunked():
-  # The issue's configuration (batch 32, Tq = Tk = 128, dq = dk = 64, a = 1024,
+  # The measured configuration (batch 32, Tq = Tk = 128, dq = dk = 64, a = 1024,
   # float32); only compiled, never run. The naive program keeps the whole
   # [32, 128, 128, 1024] tanh tensor (2 GiB) alive for the backward pass.
   b, t, d, a = 32, 128, 64, 1024
@@ -369,7 +369,7 @@ def test_integer_inputs_are_promoted_to_float32(name):
   want = getattr(scores, name)(q.astype(np.float32), k.astype(np.float32))
   assert out.dtype == jnp.float32
   np.testing.assert_allclose(np.asarray(out), np.asarray(want), rtol=1e-6)
-  assert np.abs(np.asarray(out)).min() > 0  # no truncation to int (issue 12: zeros)
+  assert np.abs(np.asarray(out)).min() > 0  # no truncation to int (int inputs once gave zeros)
 
 
 @pytest.mark.parametrize("name", ["dot", "scaled_dot", "cosine", "general"])

@@ -7,7 +7,7 @@
       batch.index                                  # int64 [B], -1 = filler row
 
 Names:
-  bible_en_es, bible_es_en   KJV <-> RV1909 verses (offline; SPEC.md §5)
+  bible_en_es, bible_es_en   KJV <-> RV1909 verses (offline; docs/formulas.md §5)
   copy, reverse, sort        synthetic tasks (in memory)
   wmt15_britz, wmt14, wmt_t2t  WMT en->de through TFDS (needs the `wmt` extra
                              to prepare)

@@ -15,6 +15,7 @@ from typing import Any
 
 from attention_jax import registry
 from attention_jax.data import input_pipeline
+from attention_jax.training import presets
 
 ARMS = registry.ARMS  # every score of the registry, and the RNN decoders without attention
 MODELS = ("rnn", "transformer")
@@ -172,7 +173,7 @@ class ExperimentConfig:
         raise ValueError(f"`{name}` must be a finite number, got {getattr(self, name)!r}.")
     # Adam's step is ~learning_rate per parameter whatever the gradient: above
     # MAX_LEARNING_RATE every weight moves by O(1) per step and training cannot
-    # converge (lr 1e4 trained the smoke model to a loss of ~1.3e5, issue 12).
+    # converge (lr 1e4 trained the smoke model to a loss of ~1.3e5).
     if not 0 < self.learning_rate <= MAX_LEARNING_RATE:
       raise ValueError(f"`learning_rate` must be in (0, {MAX_LEARNING_RATE}], "
                        f"got {self.learning_rate!r}.")
@@ -288,82 +289,9 @@ def _choices(name, value, allowed, many=False):
       raise ValueError(f"`{name}` got {v!r}; allowed values: {', '.join(allowed)}.")
 
 
-# Presets: field overrides on top of the dataclass defaults (which are the
-# Britz et al. 2017 baseline where the paper fixes a value).
-PRESETS: dict[str, dict[str, Any]] = {
-    # Seconds to a couple of minutes on CPU; the copy task; used by the tests.
-    "smoke": dict(
-        arms=("additive", "multiplicative", "scaled_multiplicative"), dims=(8, 32),
-        seeds=2, dataset="copy", embed_dim=32, hidden_dim=32, decoder_layers=1,
-        eval_batch_size=64, dropout=0.0, batch_size=32, max_length=20, steps=120,
-        learning_rate=3e-3,
-        beam_size=2, eval_every=60, eval_examples=64, test_examples=64, diag_every=20,
-        checkpoint_every=40, log_every=20),
-    # The README's main command: the Bible corpus, a small RNN, every arm at
-    # two dims, two seeds. lr 1e-3 with 100 warm-up steps: issue 13's grid
-    # (experiments/results/lr_cpu/) saw the scaled baseline's softmax saturate
-    # at the earlier 3e-3 (37-93% of validation rows at a=128, 66-78% at
-    # 1024, one run stalled at 5.82 BLEU) and not at 1e-3 (4-10%), additive
-    # at 0% at both. 3500 steps by the rule fixed in
-    # experiments/results/quick_cpu_lr1e-3/commands.sh (commit c3d7c9e):
-    # 3000 steps left two baseline runs at validation BLEU 9.98 and 9.81
-    # (test BLEU 10.55-13.30 for all eight), so every run got 500 more; at
-    # 3500 all eight are at validation BLEU 12.73-14.96 (test 13.44-15.41). The
-    # schedule is constant after warm-up, so more steps only extend the
-    # curve (and a finished workdir can be extended, `sweep._extend`).
-    # Greedy in-training validation, beam 4 only for the final test. Two
-    # pairs train at once, one single-threaded process each (14.6k vs 11.2k
-    # target tok/s for one two-threaded process on 2 cores). Earlier presets
-    # (lr 5e-3 / 2000 steps, lr 3e-3 / 2500): README and
-    # experiments/results/recipe_cpu/.
-    "quick": dict(
-        arms=("additive", "multiplicative", "scaled_multiplicative"), dims=(128, 1024),
-        seeds=2, dataset="bible_en_es", vocab_size=2000, embed_dim=128, hidden_dim=128,
-        decoder_layers=1, dropout=0.1, batch_size=64, max_length=32, steps=3500,
-        learning_rate=1e-3, warmup_steps=100, beam_size=4, val_beam_size=1,
-        eval_every=250, eval_examples=200, test_examples=500, diag_every=100,
-        checkpoint_every=250, log_every=250, workers=2),
-    # The Transformer's d_k ablation on CPU (`make ablation-transformer`):
-    # Vaswani et al.'s question, why divide by sqrt(d_k). A small post-LN
-    # Transformer (d_model 128, 2 heads, d_v 64, d_ff 512, 2 + 2 layers) on
-    # the quick preset's data (Bible en->es, the same 2k-piece tokenizer,
-    # pairs of <= 32 tokens), the paper's recipe shape (Adam beta_2 0.98,
-    # 400 warm-up steps, label smoothing 0.1, dropout 0.1) at a constant
-    # lr 2e-3 after warm-up, every arm alike. Only d_k varies (16, 128,
-    # 1024); the additive score runs to d_k 128 (at 1024 its per-head tanh
-    # over [B, H, T, S, d_k] makes a step several times the others'). Two
-    # heads, not four: at d_k 1024 the Q/K projections (d_model x H d_k)
-    # are most of a step, so two heads halve the sweep's longest runs.
-    # Greedy validation on 200 verses every 250 steps, beam 4 on 500 test
-    # verses at the end; significance against scaled_dot.
-    "transformer": dict(
-        model="transformer",
-        arms=("dot", "scaled_dot", "inverse_dim", "qk_norm", "additive"),
-        dims=(16, 128, 1024), additive_max_dim=128, baseline="scaled_dot",
-        seeds=2, dataset="bible_en_es", vocab_size=2000, hidden_dim=128, num_heads=2,
-        ff_dim=512, encoder_layers=2, decoder_layers=2, dropout=0.1, label_smoothing=0.1,
-        batch_size=64, max_length=32, steps=1500, learning_rate=2e-3, adam_b2=0.98,
-        warmup_steps=400, beam_size=4, val_beam_size=1, eval_every=250, eval_examples=200,
-        test_examples=500, diag_every=100, checkpoint_every=250, log_every=250, workers=2),
-    # The full 3 x 4 x 4 sweep on the Bible corpus with the Britz-base RNN
-    # scaled to the corpus, for one H100 in <= 25 minutes; run it in pieces of
-    # < 9 minutes with --max_minutes=8 (each re-run resumes).
-    "gpu": dict(
-        dims=(128, 256, 512, 1024), seeds=4, dataset="bible_en_es", vocab_size=8000,
-        embed_dim=256, hidden_dim=256, decoder_layers=2, dropout=0.2, batch_size=128,
-        max_length=64, steps=6000, learning_rate=1e-3, warmup_steps=200,
-        schedule="cosine", beam_size=10, eval_every=2000, eval_examples=500,
-        diag_every=250, checkpoint_every=500, log_every=250, dtype="bfloat16",
-        max_minutes=8.0),
-    # Britz et al. 2017 on WMT'15 En->De (needs internet, TensorFlow and a GPU).
-    "britz_wmt": dict(
-        dims=(128, 256, 512, 1024), seeds=4, dataset="wmt15_britz", vocab_size=32000,
-        embed_dim=512, hidden_dim=512, encoder_layers=1, decoder_layers=2, dropout=0.2,
-        # steps: a budget chosen here, not a figure from the paper.
-        batch_size=128, max_length=50, steps=340000, learning_rate=1e-4, clip_norm=5.0,
-        beam_size=10, eval_every=10000, diag_every=1000, checkpoint_every=2000,
-        log_every=500),
-}
+# Presets: field overrides on top of the dataclass defaults, one file each
+# under `presets/` with its command, time and expected result.
+PRESETS: dict[str, dict[str, Any]] = presets.ALL
 
 
 def from_preset(name: str, **overrides) -> ExperimentConfig:

@@ -455,7 +455,7 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, 
 # Flags that make XLA:CPU run each worker's programs on one thread: on 2 cores
 # two single-threaded processes trained 14.6k target tokens/s together, one
 # process with 2 threads 11.2k (one seed) and 8.7k (two vmapped seeds)
-# (quick model, additive a = 128; issue 9).
+# (quick model, additive a = 128).
 _ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 

@@ -131,7 +131,7 @@ def make_optimizer(cfg: ExperimentConfig) -> optax.GradientTransformation:
 # A member counts as diverged once its training loss exceeds this many times
 # ln(vocabulary size), the loss of the uniform prediction every model starts
 # near and only goes below (lr 1e4 drove the smoke model's loss to ~1.3e5,
-# issue 12), or once its loss or any of its parameters is not finite.
+# a probe of absurd learning rates), or once its loss or any of its parameters is not finite.
 DIVERGED_LOSS_FACTOR = 10.0
 
 

@@ -1,7 +1,7 @@
 """One process per workdir: an advisory lock with the holder's identity.
 
 Two drivers on one workdir would both train every pair, write each metrics
-line twice and delete each other's checkpoints (issue 12). `WorkdirLock`
+line twice and delete each other's checkpoints (seen when probing two starts). `WorkdirLock`
 takes an exclusive `flock` on `<workdir>/.lock` for as long as the driver
 runs. The kernel drops a `flock` when its process dies, however it dies, so
 a lock left by a killed driver is free to take; the file still names that

@@ -161,7 +161,7 @@ PRESETS: dict[str, Settings] = {
                      additive_batch=2, additive_dim=16, additive_seq_lens=(8, 16),
                      additive_time_max_len=16, additive_max_len=32, model_batch=4,
                      model_seq_len=8, model_seeds=2, model_size="tiny"),
-    # The README's CPU table: the target shape and a modest sweep.
+    # The README's CPU table: the target shape B = H = 8, T = 512, D = 64 and a modest sweep.
     "cpu": Settings(suite=("kernels", "additive"),
                     impls=LIBRARY_SCORES + ("scaled_dot_plain", "naive", "jax_xla", "nnx",
                                             "torch"),

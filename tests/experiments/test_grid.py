@@ -1,4 +1,4 @@
-"""`--sweep` grids (issue 13): axis parsing, expansion, one workdir per point
+"""`--sweep` grids: axis parsing, expansion, one workdir per point
 (resumed and skipped per point), pivoted tables and plots."""
 
 import json

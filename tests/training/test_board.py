@@ -1,4 +1,4 @@
-"""TensorBoard event files (issue 13): written without TensorFlow, read back
+"""TensorBoard event files: written without TensorFlow, read back
 with TensorBoard's own reader, one run per seed, a resume purges what a
 killed process wrote after its checkpoint."""
 

@@ -25,7 +25,7 @@ def test_quick_and_gpu_presets_are_the_issue_sweeps():
     ("dropout", 1.5, "dropout"),
     ("dtype", "float16", "dtype"),
     ("schedule", "linear", "schedule"),
-    # issue 12: non-finite or absurd values used to train and write a BLEU
+    # non-finite or absurd values used to train and write a BLEU
     ("learning_rate", float("nan"), "learning_rate"),
     ("learning_rate", 1e4, "learning_rate"),
     ("learning_rate", 0.0, "learning_rate"),

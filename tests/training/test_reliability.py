@@ -1,4 +1,4 @@
-"""Fault injection (issue 12): concurrent starts, damaged checkpoints, deleted
+"""Fault injection: concurrent starts, damaged checkpoints, deleted
 logs, interrupted writes, full disks. Each test damages something the way a
 careless user or an unlucky machine would and asserts nothing is lost and
 nothing wrong is read."""

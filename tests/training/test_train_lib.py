@@ -169,7 +169,7 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
 
 
 def test_model_for_the_transformer_honours_both_depths_and_fits_every_split():
-  # issue 11: --encoder_layers used to be ignored (the encoder got decoder_layers)
+  # --encoder_layers used to be ignored (the encoder got decoder_layers)
   cfg = _cfg(model="transformer", arms=("scaled_dot",), encoder_layers=1, decoder_layers=2,
              hidden_dim=16, num_heads=2)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
@@ -231,7 +231,7 @@ def test_a_flag_of_the_other_model_family_is_refused():
 @pytest.mark.parametrize("model", ["rnn", "transformer"])
 @pytest.mark.parametrize("arm", ["qk_norm", "inverse_dim"])
 def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, arm):
-  # issue 13: opt-in arms, built by the trainer in either model family
+  # opt-in arms, built by the trainer in either model family
   extra = dict(hidden_dim=16, num_heads=2) if model == "transformer" else {}
   cfg = _cfg(model=model, arms=(arm,), **extra)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
