@@ -4,7 +4,7 @@
 # (its output for the refactor of commit db6c306: results/archive/refactor_check/)
 # Runs a small smoke sweep (3 arms, a=8, 2 seeds, 40 steps) with the code of
 # commit $1 (a temporary git worktree) and with the working tree, then compares
-# results.jsonl (every field but train_seconds) and table.md.
+# results.jsonl (every field but train_seconds and provenance) and table.md.
 set -euo pipefail
 before_commit=$1
 py=${PYTHON:-.venv/bin/python}
@@ -21,11 +21,11 @@ import json, sys
 def rows(w):
   out = {}
   for line in open(f"{w}/results.jsonl"):
-    r = json.loads(line); r.pop("train_seconds", None)
+    r = json.loads(line); r.pop("train_seconds", None); r.pop("provenance", None)
     out[(r["arm"], r["dim"], r["seed"])] = r
   return out
 a, b = rows(sys.argv[1]), rows(sys.argv[2])
-print("rows", len(a), len(b), "identical (all fields but train_seconds):", a == b)
+print("rows", len(a), len(b), "identical (all fields but train_seconds, provenance):", a == b)
 for k in sorted(a):
   print(k, "test_bleu", a[k]["test_bleu"], b[k]["test_bleu"], "val_ppl", a[k]["val_ppl"],
         b[k]["val_ppl"], "logit_std", a[k]["diagnostics"]["logit_std"],

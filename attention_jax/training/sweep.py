@@ -44,6 +44,7 @@ from attention_jax.training import checkpoints
 from attention_jax.training import config as config_lib
 from attention_jax.training import interrupts
 from attention_jax.training import multihost
+from attention_jax.training import provenance
 from attention_jax.training import reporting
 from attention_jax.training import significance as significance_lib
 from attention_jax.training import train_lib
@@ -299,6 +300,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   for point_cfg, _ in _targets(cfg, workdir, points):  # before anything is made
     for arm in point_cfg.sweep():
       train_lib.check_memory(point_cfg, arm, _data(point_cfg, loaded))
+  provenance.fields()  # the commit as the run starts, not as it ends hours later
   os.makedirs(workdir, exist_ok=True)
   if not multihost.is_primary():  # the primary holds the locks and writes every file
     _run_locked(cfg, workdir, points, mesh=mesh, log=log, loaded=loaded)
@@ -446,9 +448,11 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, 
     checkpoints.atomic_write(os.path.join(run_dir, "attention.json"), checkpoints.to_json(att))
   checkpoints.atomic_write(os.path.join(run_dir, TRANSLATIONS),
                            checkpoints.to_json(result.translations, ensure_ascii=False))
-  # Written last: its presence marks the pair finished.
+  # Written last: its presence marks the pair finished. Each row says which
+  # code, versions, device and command made it (not part of the fingerprint).
   checkpoints.atomic_write(os.path.join(run_dir, "result.json"),
-                           checkpoints.to_json(result.rows, indent=1))
+                           checkpoints.to_json(list(map(provenance.stamp, result.rows)),
+                                               indent=1))
   return True
 
 

@@ -12,6 +12,7 @@ import json
 import os
 from typing import Any, Callable, Iterator
 
+from attention_jax.training import provenance
 from experiments.benchmarks import report
 
 MACHINE_FIELDS = ("platform", "device_kind", "cpu", "cpu_cores")
@@ -47,7 +48,8 @@ def appending(path: str, machine: dict[str, Any],
       row = {**row, **{k: machine[k] for k in MACHINE_FIELDS},
              # Other processes' load shows here (this process adds up to its
              # own thread count while it measures).
-             "loadavg_1m": os.getloadavg()[0], "run": run_id}
+             "loadavg_1m": os.getloadavg()[0], "run": run_id,
+             provenance.KEY: provenance.fields()}
       f.write(json.dumps(row) + "\n")
       f.flush()
       os.fsync(f.fileno())

@@ -314,6 +314,12 @@ def test_transformer_preset_end_to_end_at_smoke_size(tmp_path):
   assert {(r["arm"], r["dim"]) for r in rows} == {
       ("scaled_dot", 4), ("scaled_dot", 8), ("additive", 4)}
   assert all(r["model"] == "transformer" and r["steps"] == 20 for r in rows)
+  # Every row names the code, versions, device and command that made it.
+  from importlib.metadata import version
+  for r in rows:
+    prov = r["provenance"]
+    assert prov["command"].startswith("python -m experiments.ablation --preset=transformer")
+    assert prov["versions"]["flax"] == version("flax") and prov["commit"] and prov["device_kind"]
   config = json.load(open(os.path.join(workdir, "runs", "scaled_dot_d8", "config.json")))
   assert (config["adam_b2"], config["label_smoothing"], config["layer_norm"]) == (0.98, 0.1,
                                                                                     "post")

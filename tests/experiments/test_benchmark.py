@@ -58,6 +58,9 @@ def test_tiny_sweep_writes_well_formed_output(tmp_path):
   rows = _rows(tmp_path)
   kernels = [r for r in rows if r["suite"] == "kernels"]
   assert len(kernels) == len(impls.split(",")) * 2  # impls × lengths
+  for r in rows:  # every row names the code, versions, device and command
+    assert r["provenance"]["command"].startswith("python -m experiments.benchmark")
+    assert r["provenance"]["platform"] == r["platform"] and r["provenance"]["versions"]["jax"]
   for r in kernels:
     assert r["status"] == "ok", r
     # Every timed kernel was checked against the reference first.
