@@ -2,18 +2,27 @@
 #   make ablation   quick attention-dimensionality ablation (CPU, 2 cores: about 2.3 hours; 138 min measured for 3500 steps, fa7146e)
 #   make ablation-transformer   the Transformer's d_k ablation (CPU, 2 cores; resumable)
 #   make test       the test suite (under 10 minutes on 2 CPU cores)
+# The venv is built from the lock file of its Python (requirements/, exact
+# versions with hashes; LOCK=none for an unpinned install); `make lock`
+# regenerates the lock files (docs/reproducibility.md).
 PYTHON_SYS ?= python3
 VENV       ?= .venv
+LOCK       ?=
 PY         := $(VENV)/bin/python
 STAMP      := $(VENV)/.installed-stamp
 WORKDIR    ?= runs/quick
 TWORKDIR   ?= runs/transformer
 
-.PHONY: ablation ablation-transformer test test-all data sword demo clean-venv
+.PHONY: ablation ablation-transformer test test-all data sword demo clean-venv lock
 
-$(STAMP): pyproject.toml
-	bash scripts/bootstrap.sh "$(PYTHON_SYS)" "$(VENV)"
+$(STAMP): pyproject.toml $(wildcard requirements/*.lock.txt)
+	bash scripts/bootstrap.sh "$(PYTHON_SYS)" "$(VENV)" "$(LOCK)"
 	touch $(STAMP)
+
+# Rewrites the lock files from pyproject.toml, keeping the versions already
+# locked; LOCK_ARGS="--upgrade-package jax" (or "--upgrade") moves them.
+lock:
+	PYTHON_SYS="$(PYTHON_SYS)" bash scripts/lock.sh $(LOCK_ARGS)
 
 # SWORD Bible modules (Debian packages, unpacked without root into the cache).
 sword:

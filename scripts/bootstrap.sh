@@ -1,9 +1,18 @@
 #!/usr/bin/env bash
-# Creates the virtual environment and installs the package with its test extra.
-# Usage: scripts/bootstrap.sh PYTHON VENV
+# Creates the virtual environment and installs the pinned stack: every
+# dependency of the package and of its test extra at the exact version (and
+# sha256 hash) of the lock file for the venv's Python, then the package itself
+# (editable, no dependencies).
+# Usage: scripts/bootstrap.sh PYTHON VENV [LOCK]
+#   LOCK  a lock file; empty: the one for the venv's Python (3.11:
+#         requirements/cpu-py311.lock.txt, 3.12: requirements/gpu-image-py312.lock.txt);
+#         "none": no lock, the newest versions pyproject.toml allows.
+# The lock installed (path and sha256) is recorded in VENV/attention_jax-lock.txt;
+# tests/test_lock.py checks the venv still holds its versions.
 set -euo pipefail
 py="${1:-python3}"
 venv="${2:-.venv}"
+lock="${3:-}"
 if [ ! -x "$venv/bin/python" ]; then
   if ! "$py" -m venv "$venv" 2>/dev/null; then
     # Debian/Ubuntu ship venv separately.
@@ -17,5 +26,29 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
   fi
 fi
-"$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e ".[test]"
+vpy="$venv/bin/python"
+marker="$venv/attention_jax-lock.txt"
+if [ -z "$lock" ]; then
+  version=$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+  case "$version" in
+    3.11) lock=requirements/cpu-py311.lock.txt ;;
+    3.12) lock=requirements/gpu-image-py312.lock.txt ;;
+    *)
+      echo "error: no lock file for Python $version (of '$py'): use Python 3.11 or 3.12" \
+           "(make PYTHON_SYS=python3.11), or install unpinned with 'make LOCK=none'" >&2
+      exit 1 ;;
+  esac
+fi
+rm -f "$marker"
+if [ "$lock" = none ]; then
+  "$vpy" -m pip install -q --upgrade pip
+  "$vpy" -m pip install -q -e ".[test]"
+  exit 0
+fi
+if [ ! -f "$lock" ]; then
+  echo "error: lock file '$lock' (LOCK) does not exist; 'make lock' writes the lock files" >&2
+  exit 1
+fi
+"$vpy" -m pip install -q --require-hashes -r "$lock"
+"$vpy" -m pip install -q --no-deps -e .
+printf '%s %s\n' "$lock" "$(sha256sum "$lock" | cut -d' ' -f1)" > "$marker"
