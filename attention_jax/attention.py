@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attention_jax import _validate
 from attention_jax import blockwise
@@ -223,9 +224,12 @@ def _fused(query, keys, values, mask, scale, implementation, *, causal=False,
   # The convention of `attend`: a query with no valid key gets a zero context
   # (jax.nn gives a fully masked row the mean of the values; padded queries
   # it already zeroes).
-  if mask is not None:
-    out = out * jnp.any(mask, axis=-1, keepdims=True).astype(out.dtype)
-  if key_lengths is not None:
+  if mask is not None:  # with `causal` and the lengths: a row may lose its last key to them
+    every = combine_masks(jnp.asarray(mask), structured_mask(
+        tq, tk, causal=causal, query_lengths=query_lengths, key_lengths=key_lengths,
+        heads=len(lead) >= 2))
+    out = out * jnp.any(every, axis=-1, keepdims=True).astype(out.dtype)
+  elif key_lengths is not None:
     has_keys = jnp.broadcast_to(jnp.asarray(key_lengths), batch) > 0  # [*batch]
     out = out * has_keys.reshape(batch + (1,) * (len(lead) - len(batch) + 2)).astype(out.dtype)
   return out
@@ -241,8 +245,9 @@ def _check_lengths(lengths, name: str, batch: tuple, size: int):
   if tuple(lengths.shape) != tuple(batch):
     raise ValueError(f"`{name}` must have the batch axes' shape {tuple(batch)} (the "
                      f"leading axes before the head axis), got {tuple(lengths.shape)}.")
-  if not isinstance(lengths, jax.core.Tracer):
-    low, high = int(jnp.min(lengths, initial=0)), int(jnp.max(lengths, initial=0))
+  if not isinstance(lengths, jax.core.Tracer) and lengths.size:
+    values = np.asarray(lengths)
+    low, high = int(values.min()), int(values.max())
     if low < 0 or high > size:
       raise ValueError(f"`{name}` must lie in [0, {size}], got values in [{low}, {high}].")
   return lengths

@@ -19,7 +19,7 @@ taken to cost that much): each of `--pieces` pieces of `--piece_minutes`
 (times `SAFETY`) holds ceil(cells / pieces) whole cells; a cell is its fixed
 time (compilations, the final test decode, the final perplexity) plus steps
 times (step + validations spread over the steps); steps are rounded down to
-a multiple of the checkpoint interval. Where that leaves fewer than
+a multiple of the checkpoint interval and capped at the preset's --steps. Where that leaves fewer than
 `--min_steps`, the plan drops dimensions (keeping the smallest and the
 largest) until it fits, and says so. Writes `calibration.json` (the
 measurements, the plan and the flags the sweep takes from it) and
@@ -122,9 +122,10 @@ def steps_that_fit(times: CellTimes, cell_budget_s: float, *, eval_every: int,
 
 def plan(measured: list[CellTimes], *, arms: tuple[str, ...], dims: tuple[int, ...],
          pieces: int, piece_minutes: float, eval_every: int, checkpoint_every: int,
-         test_sentences: int, min_steps: int) -> dict[str, Any]:
+         test_sentences: int, min_steps: int, max_steps: int) -> dict[str, Any]:
   """The sweep's steps and dimensions from the slowest measured cell (module docstring).
 
+  Steps never exceed `max_steps` (the preset's own length).
   Returns a dict with `steps`, `dims`, `eval_every`, `cells_per_piece`,
   `predicted_cell_s`, `fits` (False: even the two extreme dimensions leave
   fewer than `min_steps`) and `flags` (for the sweep's command line).
@@ -147,11 +148,14 @@ def plan(measured: list[CellTimes], *, arms: tuple[str, ...], dims: tuple[int, .
     cells = len(arms) * len(candidate)
     per_piece = math.ceil(cells / pieces)
     budget = SAFETY * 60.0 * piece_minutes / per_piece
-    steps = steps_that_fit(slowest, budget, eval_every=eval_every,
-                           test_sentences=test_sentences, multiple=checkpoint_every)
+    steps = min(max_steps, steps_that_fit(slowest, budget, eval_every=eval_every,
+                                          test_sentences=test_sentences,
+                                          multiple=checkpoint_every))
+    # Three validations per run (greedy, as the quick preset), at checkpoints.
     every = max(checkpoint_every, steps // 3 // checkpoint_every * checkpoint_every)
-    steps = steps_that_fit(slowest, budget, eval_every=every,
-                           test_sentences=test_sentences, multiple=checkpoint_every)
+    steps = min(max_steps, steps_that_fit(slowest, budget, eval_every=every,
+                                          test_sentences=test_sentences,
+                                          multiple=checkpoint_every))
     result = {"steps": steps, "dims": list(candidate), "eval_every": every,
               "cells": cells, "cells_per_piece": per_piece, "pieces": pieces,
               "piece_minutes": piece_minutes, "safety": SAFETY,
@@ -252,7 +256,7 @@ def main(argv):
   result = plan(measured, arms=cfg.arms, dims=cfg.dims, pieces=FLAGS.pieces,
                 piece_minutes=FLAGS.piece_minutes, eval_every=cfg.eval_every,
                 checkpoint_every=cfg.checkpoint_every, test_sentences=test_sentences,
-                min_steps=FLAGS.min_steps)
+                min_steps=FLAGS.min_steps, max_steps=cfg.steps)
   settings = (f"preset {FLAGS.preset}, {cfg.seeds} seeds vmapped, dtype {cfg.dtype}, batch "
               f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
   out = {"measured": [dataclasses.asdict(t) for t in measured], "plan": result,

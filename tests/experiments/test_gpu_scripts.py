@@ -9,10 +9,13 @@ it would there. Each stage then runs at toy size through `gpu_run.sh --toy`.
 
 import importlib.metadata as md
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -48,7 +51,7 @@ def test_requirements_are_the_closure_of_what_the_image_lacks():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["deploy", "OUT"], "STAGE must be check, bench or sweep"),
+    (["deploy", "OUT"], "STAGE must be check, bench, calibrate or sweep"),
     (["check"], "usage:"),
     (["check", "OUT", "--suite=x"], "unexpected argument '--suite=x'"),
     (["check", "OUT"], "no bundle at"),
@@ -139,3 +142,124 @@ def test_bundle_installs_offline_and_every_stage_runs_at_toy_size(tmp_path):
   out, stdout = stage("sweep")
   assert len((out / "results.jsonl").read_text().splitlines()) == 8
   assert "step 3/" not in stdout
+
+
+# --- gpu_run.sh's stage limit, collection and state, with a stand-in Python ---
+
+# Answers each command gpu_run.sh gives the image's Python: the stage commands
+# write what the real ones would write first, then hang until the stage limit
+# kills them; anything else goes to this environment's Python.
+FAKE_PYTHON = r"""#!/bin/bash
+wd=""
+for a in "$@"; do case "$a" in --workdir=*) wd="${a#--workdir=}" ;; esac; done
+case "$*" in
+  "-m pip install"*) exit 0 ;;
+  *gpu_versions.py*) echo "versions: stand-in"; exit 0 ;;
+  "-") cat > /dev/null; echo "backend cpu (stand-in)"; exit 0 ;;
+  *"-m experiments.benchmark"*--report_only*) echo "# report of the rows on disk" > "$wd/benchmark.md"; exit 0 ;;
+  *"-m experiments.benchmark"*)
+    echo "args: $*"
+    echo '{"suite": "kernels", "impl": "scaled_dot", "status": "ok"}' >> "$wd/benchmark.jsonl"
+    exec sleep 60 ;;
+  *"-m experiments.ablation"*)
+    echo "args: $*"
+    [ -f "$wd/runs/additive_d8/result.json" ] && echo "found the finished cell"
+    mkdir -p "$wd/runs/additive_d8/checkpoints"
+    echo '[{"arm": "additive"}]' > "$wd/runs/additive_d8/result.json"
+    echo "weights" > "$wd/runs/additive_d8/checkpoints/state.bin"
+    echo '{"arm": "additive"}' > "$wd/results.jsonl"
+    echo "| table |" > "$wd/table.md"
+    echo png > "$wd/ablation.png"; echo png > "$wd/validation.png"
+    exec sleep 60 ;;
+  *) exec "$REAL_PYTHON" "$@" ;;
+esac
+"""
+
+
+def _stand_in(tmp_path, **env):
+  bundle = tmp_path / "bundle"
+  (bundle / "wheels").mkdir(parents=True)
+  (bundle / "wheels" / "stand_in-0-py3-none-any.whl").write_text("not a wheel")
+  subprocess.run("sha256sum wheels/* > SHA256SUMS", shell=True, cwd=bundle, check=True)
+  python = tmp_path / "python"
+  python.write_text(FAKE_PYTHON)
+  python.chmod(0o755)
+  return {**os.environ, "PYTHON": str(python), "REAL_PYTHON": sys.executable,
+          "GPU_BUNDLE": str(bundle), "GPU_RUNS": str(tmp_path / "runs"),
+          "GPU_STATE": str(tmp_path / "state"), "STAGE_MINUTES": "0.05", **env}
+
+
+def _stage(env, stage, out):
+  start = time.monotonic()
+  p = subprocess.run(["bash", "scripts/gpu_run.sh", stage, str(out)], cwd=ROOT,
+                     capture_output=True, text=True, env=env, timeout=120)
+  return p, time.monotonic() - start
+
+
+def test_a_bench_stage_killed_by_its_limit_still_brings_back_its_files(tmp_path):
+  env = _stand_in(tmp_path)
+  p, seconds = _stage(env, "bench", tmp_path / "out")
+  assert p.returncode == 124, (p.stdout, p.stderr)  # timeout's status: killed at the limit
+  assert seconds < 30  # the 60-second hang was cut at 3 s
+  out = tmp_path / "out"
+  assert sorted(os.listdir(out)) == ["benchmark.jsonl", "benchmark.md", "device.txt",
+                                     "plots.tar.gz", "run.log"]
+  assert '"impl": "scaled_dot"' in (out / "benchmark.jsonl").read_text()  # the partial rows
+  assert "report of the rows on disk" in (out / "benchmark.md").read_text()
+  log = (out / "run.log").read_text()
+  assert "stopped by its limit of 0.05 minutes" in log and "--max_minutes=6.5" in log
+  assert "--preset=gpu_headline" in log
+
+
+def test_a_fresh_machine_resumes_the_benchmark_from_the_rows_carried_back(tmp_path):
+  env = _stand_in(tmp_path)
+  (tmp_path / "state").mkdir()
+  (tmp_path / "state" / "benchmark.jsonl").write_text('{"impl": "earlier"}\n')
+  p, _ = _stage(env, "bench", tmp_path / "out")
+  assert p.returncode == 124
+  rows = (tmp_path / "out" / "benchmark.jsonl").read_text().splitlines()
+  assert rows[0] == '{"impl": "earlier"}' and len(rows) == 2
+
+
+def test_a_killed_sweep_piece_returns_its_state_and_a_fresh_machine_resumes_from_it(tmp_path):
+  env = _stand_in(tmp_path)
+  p, _ = _stage(env, "sweep", tmp_path / "out1")
+  assert p.returncode == 124, p.stderr
+  out = tmp_path / "out1"
+  assert sorted(os.listdir(out)) == ["ablation.png", "device.txt", "plots.tar.gz",
+                                     "results.jsonl", "run.log", "sweep_state.tar.gz",
+                                     "table.md"]
+  with tarfile.open(out / "plots.tar.gz") as t:
+    assert [os.path.basename(n) for n in t.getnames()] == ["validation.png"]
+  with tarfile.open(out / "sweep_state.tar.gz") as t:
+    names = t.getnames()
+  assert "./runs/additive_d8/result.json" in names
+  assert not any("checkpoints" in n for n in names)  # the weights stay behind
+  assert "found the finished cell" not in (out / "run.log").read_text()
+  # Another machine: nothing under GPU_RUNS, the state and a calibration carried back.
+  state = tmp_path / "state"
+  state.mkdir()
+  shutil.copy(out / "sweep_state.tar.gz", state)
+  (state / "calibration.json").write_text(json.dumps({"plan": {
+      "fits": True, "steps": 1500, "dims": [128, 1024],
+      "flags": ["--steps=1500", "--eval_every=500", "--dims=128,1024"]}}))
+  p, _ = _stage({**env, "GPU_RUNS": str(tmp_path / "runs2")}, "sweep", tmp_path / "out2")
+  assert p.returncode == 124
+  log = (tmp_path / "out2" / "run.log").read_text()
+  assert "found the finished cell" in log
+  assert "--max_minutes=7 --steps=1500 --eval_every=500 --dims=128,1024" in log
+  # A plan that does not fit stops the call before any work, with one line.
+  (state / "calibration.json").write_text(json.dumps({"plan": {
+      "fits": False, "steps": 0, "dims": [128, 1024], "flags": []}}))
+  p, _ = _stage(env, "sweep", tmp_path / "out3")
+  assert p.returncode == 2 and p.stderr.count("\n") == 1 and "does not fit" in p.stderr
+  assert not (tmp_path / "out3" / "run.log").exists()
+
+
+@pytest.mark.parametrize("name,value", [("STAGE_MINUTES", "0"), ("BENCH_MINUTES", "soon"),
+                                        ("SWEEP_MINUTES", "-1")])
+def test_gpu_run_rejects_bad_minutes_with_one_line(tmp_path, name, value):
+  env = _stand_in(tmp_path, **{name: value})
+  p, _ = _stage(env, "bench", tmp_path / "out")
+  assert p.returncode == 2 and p.stderr.count("\n") == 1 and name in p.stderr, p.stderr
+  assert not (tmp_path / "out").exists()
