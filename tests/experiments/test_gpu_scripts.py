@@ -91,17 +91,34 @@ def _image_without(carried, farm):
         os.symlink(src, dst)
 
 
+# What each stage brings back through the device's $OUT (at most 8 files).
+STAGE_FILES = {
+    "check": ["check.log", "check.xml", "device.txt", "run.log"],
+    "bench": ["benchmark.jsonl", "benchmark.md", "device.txt", "plots.tar.gz", "run.log"],
+    "calibrate": ["calibration.json", "calibration.md", "device.txt", "run.log"],
+    "sweep": ["ablation.png", "device.txt", "plots.tar.gz", "results.jsonl", "run.log",
+              "sweep_state.tar.gz", "table.md"],
+}
+
+
 @pytest.mark.slow
-def test_bundle_installs_offline_and_every_stage_runs_at_toy_size(tmp_path):
+def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp_path):
+  """The dry run of docs/gpu_tpu.md's GPU session: the same calls in the same
+  order, at toy size, on a stand-in for the GPU image, each under its stage
+  limit, bringing back every file the real session would; what a call brings
+  back is carried into the next as runs/gpu_state would be."""
   bundle = tmp_path / "bundle"
   pyver = f"{sys.version_info.major}.{sys.version_info.minor}"
   env = {**os.environ, "PYTHON": sys.executable, "GPU_PYTHON_VERSION": pyver,
          "VOCAB_SIZES": "8000"}
   p = subprocess.run(["bash", "scripts/gpu_bundle.sh", str(bundle)], cwd=ROOT,
-                     capture_output=True, text=True, env=env, timeout=1200)
+                     capture_output=True, text=True, env=env, timeout=1800)
   assert p.returncode == 0, p.stderr[-3000:]
-  size_mib = int(p.stdout.strip().splitlines()[-1].split(", ")[1].split()[0])
-  assert 0 < size_mib <= 60
+  last = p.stdout.strip().splitlines()
+  size_mib = int(last[-1].split(", ")[1].split()[0])
+  tree, total = last[-2].split(" + ")[0], last[-2].split("<= ")[1]
+  assert 0 < size_mib and total == "64 MiB per device call", last[-2:]
+  assert int(tree.split()[-2]) + size_mib + 8 <= 64  # the tree, the bundle, the state reserve
   carried = [line.split("==")[0] for line in (bundle / "requirements.txt").read_text().split()]
   assert "tensorflow-datasets" in carried
 
@@ -110,38 +127,53 @@ def test_bundle_installs_offline_and_every_stage_runs_at_toy_size(tmp_path):
   python = tmp_path / "python"
   python.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
   python.chmod(0o755)
+  state = tmp_path / "state"  # runs/gpu_state of the documented session
   image_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
   image_env.update(PYTHONPATH=str(farm), PYTHON=str(python), GPU_BUNDLE=str(bundle),
-                   ATTENTION_JAX_CACHE=str(tmp_path / "empty_cache"))
+                   ATTENTION_JAX_CACHE=str(tmp_path / "empty_cache"),
+                   GPU_RUNS=str(tmp_path / "machine1"), GPU_STATE=str(state))
   # The stand-in image really lacks what the bundle carries.
   p = subprocess.run([str(python), "-c", "import tensorflow_datasets"], env=image_env,
                      capture_output=True, text=True)
   assert p.returncode != 0 and "tensorflow_datasets" in p.stderr
 
-  def stage(name):
-    out = tmp_path / f"out_{name}"
+  def stage(name, tag, **env):
+    out = tmp_path / f"out_{tag}"
+    start = time.monotonic()
     p = subprocess.run(["bash", "scripts/gpu_run.sh", "--toy", name, str(out)], cwd=ROOT,
-                       capture_output=True, text=True, env=image_env, timeout=1200)
+                       capture_output=True, text=True, env={**image_env, **env}, timeout=1200)
     assert p.returncode == 0, (name, p.stdout[-3000:], p.stderr[-3000:])
-    files = sorted(os.listdir(out))
-    assert len(files) <= 8 and all(os.path.isfile(out / f) for f in files)
+    assert time.monotonic() - start < 8 * 60 + 60  # under the stage limit, with set-up
+    assert sorted(os.listdir(out)) == STAGE_FILES[name]  # <= 8 plain files, as documented
     assert "backend cpu" in (out / "device.txt").read_text()
+    assert "versions: jax " in (out / "device.txt").read_text()
     return out, p.stdout
 
-  out, stdout = stage("check")
+  out, stdout = stage("check", "check")
   assert "skipped" in stdout and "failed" not in stdout
-  out, _ = stage("bench")
-  assert (out / "benchmark.jsonl").stat().st_size > 0 and (out / "benchmark.md").exists()
+  out, _ = stage("bench", "bench")
+  rows = (out / "benchmark.jsonl").read_text().splitlines()
+  assert rows and (out / "benchmark.md").exists()
   with tarfile.open(out / "plots.tar.gz") as t:
     assert any(n.endswith(".png") for n in t.getnames())
-  out, _ = stage("sweep")
+  # A second bench call (the same machine) finds every case measured.
+  out, stdout = stage("bench", "bench2")
+  assert "appended 0 rows" in stdout and len((out / "benchmark.jsonl").read_text().splitlines()) == len(rows)
+  out, _ = stage("calibrate", "calibrate")
+  plan = json.loads((out / "calibration.json").read_text())["plan"]
+  assert plan["fits"] and plan["flags"] == ["--steps=6", "--eval_every=3", "--dims=8,16"]
+  state.mkdir()
+  shutil.copy(out / "calibration.json", state)
+  out, stdout = stage("sweep", "sweep")
+  assert "plan from" in stdout
   rows = (out / "results.jsonl").read_text().splitlines()
   assert len(rows) == 2 * 2 * 2  # arms x dims x seeds
   assert "perplexity" in (out / "table.md").read_text().lower()
-  # the same command again finds every run finished and trains nothing
-  out, stdout = stage("sweep")
+  shutil.copy(out / "sweep_state.tar.gz", state)
+  # A fresh machine with the state carried back: every cell finished, nothing trained.
+  out, stdout = stage("sweep", "sweep_fresh", GPU_RUNS=str(tmp_path / "machine2"))
   assert len((out / "results.jsonl").read_text().splitlines()) == 8
-  assert "step 3/" not in stdout
+  assert "step 3/" not in stdout and "finished earlier; skipped" in stdout
 
 
 # --- gpu_run.sh's stage limit, collection and state, with a stand-in Python ---
@@ -263,3 +295,60 @@ def test_gpu_run_rejects_bad_minutes_with_one_line(tmp_path, name, value):
   p, _ = _stage(env, "bench", tmp_path / "out")
   assert p.returncode == 2 and p.stderr.count("\n") == 1 and name in p.stderr, p.stderr
   assert not (tmp_path / "out").exists()
+
+
+# --- scripts/gpu_versions.py: the image's versions against the bundle's needs ---
+
+def _versions_module():
+  spec = importlib.util.spec_from_file_location(
+      "gpu_versions", os.path.join(ROOT, "scripts", "gpu_versions.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _fake_site(site, name, requires):
+  info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+  info.mkdir(parents=True)
+  (info / "METADATA").write_text("Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n" +
+                                 "".join(f"Requires-Dist: {r}\n" for r in requires))
+  return site
+
+
+def test_versions_pass_for_this_environment_and_print_one_line(tmp_path):
+  p = subprocess.run([sys.executable, "scripts/gpu_versions.py", str(tmp_path),
+                      "pyproject.toml"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0, p.stderr
+  line, = p.stdout.splitlines()
+  assert line.startswith("versions: jax ") and f"flax {md.version('flax')}" in line
+  assert f"protobuf {md.version('protobuf')}" in line and "orbax-checkpoint" in line
+
+
+def test_versions_name_every_requirement_the_image_breaks_in_one_line(tmp_path):
+  site = _fake_site(tmp_path / "site", "carried-thing", ["optax>=99", "flax<0.1",
+                                                         "no-such-dist-xyz>=1"])
+  p = subprocess.run([sys.executable, "scripts/gpu_versions.py", str(site), "pyproject.toml"],
+                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 2 and p.stdout == ""
+  assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ")
+  for needle in (f"the image has optax {md.version('optax')}, carried-thing 1.0 (carried) "
+                 "needs optax>=99", "needs flax<0.1", "no-such-dist-xyz is missing"):
+    assert needle in p.stderr, p.stderr
+
+
+def test_versions_refuse_an_old_protobuf_for_the_carried_tensorflow_metadata(monkeypatch):
+  versions = _versions_module()
+  monkeypatch.setattr(versions, "installed", lambda name, path=None: "5.29.4")
+  problems = versions.undeclared({"tensorflow-metadata"})
+  assert len(problems) == 1 and "protobuf 5.29.4" in problems[0] and ">=6.31" in problems[0]
+  assert versions.undeclared({"something-else"}) == []  # not carried: the image's own pair
+  monkeypatch.setattr(versions, "installed", lambda name, path=None: "6.31.1")
+  assert versions.undeclared({"tensorflow-metadata"}) == []
+
+
+@pytest.mark.parametrize("args,needle", [([], "usage"), (["/nonexistent", "pyproject.toml"],
+                                                          "SITE '/nonexistent' is not a folder")])
+def test_versions_reject_bad_arguments_with_one_line(args, needle):
+  p = subprocess.run([sys.executable, "scripts/gpu_versions.py", *args], cwd=ROOT,
+                     capture_output=True, text=True, timeout=300)
+  assert p.returncode == 2 and needle in p.stderr and p.stderr.count("\n") == 1
