@@ -132,7 +132,9 @@ copy_reports() {
 archive_plots() {
   local workdir="$1" archive="$2"; shift 2
   [ -d "$workdir" ] || return 0
-  (cd "$workdir" && find . -maxdepth 1 -name '*.png' $(printf -- "! -name %s " "$@") -print0 \
+  local skip=() f
+  for f in "$@"; do skip+=(! -name "$f"); done
+  (cd "$workdir" && find . -maxdepth 1 -name '*.png' "${skip[@]}" -print0 \
      | tar --null -czf "$out/$archive" --files-from=-)
 }
 

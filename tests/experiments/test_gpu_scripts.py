@@ -192,6 +192,7 @@ case "$*" in
   *"-m experiments.benchmark"*)
     echo "args: $*"
     echo '{"suite": "kernels", "impl": "scaled_dot", "status": "ok"}' >> "$wd/benchmark.jsonl"
+    echo png > "$wd/kernels_fwd.png"
     exec sleep 60 ;;
   *"-m experiments.ablation"*)
     echo "args: $*"
@@ -238,6 +239,8 @@ def test_a_bench_stage_killed_by_its_limit_still_brings_back_its_files(tmp_path)
                                      "plots.tar.gz", "run.log"]
   assert '"impl": "scaled_dot"' in (out / "benchmark.jsonl").read_text()  # the partial rows
   assert "report of the rows on disk" in (out / "benchmark.md").read_text()
+  with tarfile.open(out / "plots.tar.gz") as t:
+    assert [os.path.basename(n) for n in t.getnames()] == ["kernels_fwd.png"]
   log = (out / "run.log").read_text()
   assert "stopped by its limit of 0.05 minutes" in log and "--max_minutes=6.5" in log
   assert "--preset=gpu_headline" in log
