@@ -319,6 +319,7 @@ def test_transformer_diagnostics_cover_every_layer_and_kind():
       assert np.all((0 <= stats[f"saturated_{kind}_l{i}"]) & (stats[f"saturated_{kind}_l{i}"] <= 1))
 
 
+@pytest.mark.slow
 def test_a_piece_stops_before_a_final_evaluation_that_would_pass_its_deadline(tmp_path,
                                                                             monkeypatch):
   """A sweep piece must never pass its minutes because of the final test decode:
