@@ -169,7 +169,9 @@ case "$stage" in
     workdir="$runs/gpu_calibration"
     flags=(--preset=gpu --workdir="$workdir" --pieces=3 --piece_minutes="$sweep_minutes")
     if [ "$toy" = 1 ]; then
-      flags+=("${toy_sweep[@]}" --calibration_steps=3 --min_steps=3)
+      # The toy's plan only exercises the path: a shared 2-core CPU compiles
+      # for minutes, so the toy sizes itself against an hour (capped at --steps=6).
+      flags+=("${toy_sweep[@]}" --calibration_steps=3 --min_steps=3 --piece_minutes=60)
     fi
     limited "$py" -m experiments.benchmarks.calibration "${flags[@]}" "${extra[@]}"
     copy_reports "$workdir" calibration.json calibration.md
