@@ -102,6 +102,7 @@ STAGE_FILES = {
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # the bundle and seven stages: ~25 minutes on a shared 2-core CPU
 def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp_path):
   """The dry run of docs/gpu_tpu.md's GPU session: the same calls in the same
   order, at toy size, on a stand-in for the GPU image, each under its stage
