@@ -138,43 +138,55 @@ def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp
                      capture_output=True, text=True)
   assert p.returncode != 0 and "tensorflow_datasets" in p.stderr
 
-  def stage(name, tag, **env):
+  def stage(name, tag, ok=(0,), **env):
     out = tmp_path / f"out_{tag}"
     start = time.monotonic()
     p = subprocess.run(["bash", "scripts/gpu_run.sh", "--toy", name, str(out)], cwd=ROOT,
                        capture_output=True, text=True, env={**image_env, **env}, timeout=1200)
-    assert p.returncode == 0, (name, p.stdout[-3000:], p.stderr[-3000:])
-    assert time.monotonic() - start < 8 * 60 + 60  # under the stage limit, with set-up
+    assert p.returncode in ok, (name, p.stdout[-3000:], p.stderr[-3000:])
+    assert time.monotonic() - start < 8 * 60 + 90  # the stage limit, set-up and collection
     assert sorted(os.listdir(out)) == STAGE_FILES[name]  # <= 8 plain files, as documented
     assert "backend cpu" in (out / "device.txt").read_text()
     assert "versions: jax " in (out / "device.txt").read_text()
-    return out, p.stdout
+    return out, p.stdout, p.returncode
 
-  out, stdout = stage("check", "check")
+  out, stdout, _ = stage("check", "check")
   assert "skipped" in stdout and "failed" not in stdout
-  out, _ = stage("bench", "bench")
+  out, _, _ = stage("bench", "bench")
   rows = (out / "benchmark.jsonl").read_text().splitlines()
   assert rows and (out / "benchmark.md").exists()
   with tarfile.open(out / "plots.tar.gz") as t:
     assert any(n.endswith(".png") for n in t.getnames())
   # A second bench call (the same machine) finds every case measured.
-  out, stdout = stage("bench", "bench2")
+  out, stdout, _ = stage("bench", "bench2")
   assert "appended 0 rows" in stdout and len((out / "benchmark.jsonl").read_text().splitlines()) == len(rows)
-  out, _ = stage("calibrate", "calibrate")
+  out, _, _ = stage("calibrate", "calibrate")
   plan = json.loads((out / "calibration.json").read_text())["plan"]
   assert plan["fits"] and plan["flags"] == ["--steps=6", "--eval_every=3", "--dims=8,16"]
   state.mkdir()
   shutil.copy(out / "calibration.json", state)
-  out, stdout = stage("sweep", "sweep")
-  assert "plan from" in stdout
-  rows = (out / "results.jsonl").read_text().splitlines()
-  assert len(rows) == 2 * 2 * 2  # arms x dims x seeds
+  # Sweep pieces as documented: each on a fresh machine (the worst case), the
+  # state brought back carried into the next, until a call ends complete. A
+  # loaded 2-core CPU compiles the toy cells for minutes, so a piece may end at
+  # its limit (killed: 124 / 137) with its finished cells kept.
+  finished = 0
+  for piece in range(1, 4):
+    out, stdout, rc = stage("sweep", f"sweep{piece}", ok=(0, 124, 137),
+                            GPU_RUNS=str(tmp_path / f"machine_sweep{piece}"))
+    assert "plan from" in stdout
+    rows = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
+    assert len(rows) >= finished  # nothing finished is lost
+    assert stdout.count("finished earlier; skipped") == finished // 2
+    finished = len(rows)
+    shutil.copy(out / "sweep_state.tar.gz", state)
+    if rc == 0:
+      break
+  assert rc == 0 and finished == 2 * 2 * 2  # arms x dims x seeds
   assert "perplexity" in (out / "table.md").read_text().lower()
-  shutil.copy(out / "sweep_state.tar.gz", state)
-  # A fresh machine with the state carried back: every cell finished, nothing trained.
-  out, stdout = stage("sweep", "sweep_fresh", GPU_RUNS=str(tmp_path / "machine2"))
+  # One more fresh machine with the state carried back: every cell finished, nothing trained.
+  out, stdout, _ = stage("sweep", "sweep_fresh", GPU_RUNS=str(tmp_path / "machine_last"))
   assert len((out / "results.jsonl").read_text().splitlines()) == 8
-  assert "step 3/" not in stdout and "finished earlier; skipped" in stdout
+  assert "step 3/" not in stdout and stdout.count("finished earlier; skipped") == 4
 
 
 # --- gpu_run.sh's stage limit, collection and state, with a stand-in Python ---
