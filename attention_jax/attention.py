@@ -14,12 +14,14 @@ from typing import Any, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from attention_jax import _validate
 from attention_jax import blockwise
 from attention_jax import scores as scores_lib
 
-__all__ = ["attend", "attention", "compute_scores", "select_implementation", "IMPLEMENTATIONS"]
+__all__ = ["attend", "attention", "compute_scores", "select_implementation", "IMPLEMENTATIONS",
+           "structured_mask"]
 
 IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
 
@@ -118,16 +120,69 @@ def _cudnn_applies(q, mask) -> bool:
   jax.nn.dot_product_attention's own default (`implementation=None`) is XLA's
   unfused attention on every backend, so `auto` names cuDNN itself on NVIDIA
   GPUs, for the inputs its flash kernel takes: float16 / bfloat16, head size
-  a multiple of 8 up to 128, and no mask (masks would reach cuDNN as a dense
-  bias). Everything else keeps the XLA kernel.
+  a multiple of 8 up to 128, and no *dense* mask (a dense mask would reach
+  cuDNN as a `[.., Tq, Tk]` bias read from memory). Causal and length-padding
+  masks given as `causal` / `query_lengths` / `key_lengths` are no dense
+  mask: cuDNN applies them inside its kernel. Everything else keeps XLA's.
   """
   return (jax.default_backend() == "gpu" and mask is None
           and q.dtype in (jnp.bfloat16, jnp.float16)
           and q.shape[-1] % 8 == 0 and q.shape[-1] <= 128)
 
 
-def _fused(query, keys, values, mask, scale, implementation):
-  """`jax.nn.dot_product_attention` on `[..., T, d]` inputs (any leading axes)."""
+def _cudnn_attention(q, k, v, *, scale, is_causal, query_seq_lengths, key_value_seq_lengths):
+  """cuDNN flash attention on `[B, T, H, d]` inputs (one place, so tests can replace it)."""
+  return jax.nn.dot_product_attention(
+      q, k, v, scale=scale, is_causal=is_causal, query_seq_lengths=query_seq_lengths,
+      key_value_seq_lengths=key_value_seq_lengths, implementation="cudnn")
+
+
+# (argument shapes and dtypes, causal, scale) -> whether cuDNN attention
+# compiled there, forward and backward (`_cudnn_compiles`).
+_CUDNN_COMPILES: dict[tuple, bool] = {}
+
+
+def _cudnn_compiles(q, k, v, *, scale, is_causal, q_len, kv_len) -> bool:
+  """Whether cuDNN attention compiles for these shapes, forward and backward.
+
+  A shape rule cuDNN refuses raises while tracing, but other refusals (an
+  older cuDNN, an engine it lacks, a backward it cannot build) appear only
+  when XLA compiles the whole program, too late to choose another kernel. So
+  `auto` first compiles a probe of the same shapes on its own (once per
+  configuration) and keeps XLA's kernel if that fails in any way.
+  """
+  spec = lambda x: None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype)
+  args = tuple(spec(x) for x in (q, k, v, q_len, kv_len))
+  key = (args, is_causal, None if scale is None else float(scale))
+  if key not in _CUDNN_COMPILES:
+
+    def loss(q, k, v, q_len, kv_len):
+      out = _cudnn_attention(q, k, v, scale=scale, is_causal=is_causal,
+                             query_seq_lengths=q_len, key_value_seq_lengths=kv_len)
+      return jnp.sum(out.astype(jnp.float32))
+
+    try:
+      jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
+      _CUDNN_COMPILES[key] = True
+    except Exception:  # a refusal at trace, lowering or compile time  # pylint: disable=broad-except
+      _CUDNN_COMPILES[key] = False
+  return _CUDNN_COMPILES[key]
+
+
+def _flat_lengths(lengths, batch):
+  """Lengths over the batch axes `[*batch]` -> `[prod(batch)]` int32 (None stays None)."""
+  if lengths is None:
+    return None
+  return jnp.broadcast_to(jnp.asarray(lengths, jnp.int32), batch).reshape(-1)
+
+
+def _fused(query, keys, values, mask, scale, implementation, *, causal=False,
+           query_lengths=None, key_lengths=None):
+  """`jax.nn.dot_product_attention` on `[..., T, d]` inputs (any leading axes).
+
+  `causal` and the lengths reach jax.nn as `is_causal` and sequence lengths
+  (which cuDNN applies inside its kernel), `mask` as a dense boolean mask.
+  """
   lead = jnp.broadcast_shapes(query.shape[:-2], keys.shape[:-2], values.shape[:-2])
   tq, tk = query.shape[-2], keys.shape[-2]
   if len(lead) >= 2:  # [..., H, T, d]: the last leading axis is the head axis.
@@ -140,6 +195,7 @@ def _fused(query, keys, values, mask, scale, implementation):
     return jnp.swapaxes(x, 1, 2)
 
   q, k, v = to_bthd(query), to_bthd(keys), to_bthd(values)
+  q_len, kv_len = _flat_lengths(query_lengths, batch), _flat_lengths(key_lengths, batch)
   m = None
   if mask is not None:
     # [B or 1, H or 1, Tq or 1, Tk or 1]: broadcast axes stay size 1, so a
@@ -156,19 +212,81 @@ def _fused(query, keys, values, mask, scale, implementation):
       # a [B, 1, 1, Tk] padding mask otherwise fails with "Bias must have
       # same seq length as QKV" (jax-ml/jax#28974).
       m = jnp.broadcast_to(m, m.shape[:2] + (tq, tk))
-  out = None
-  if implementation == "auto" and _cudnn_applies(q, m):
-    try:
-      out = jax.nn.dot_product_attention(q, k, v, scale=scale, implementation="cudnn")
-    except (NotImplementedError, ValueError, RuntimeError):  # e.g. cuDNN too old
-      out = None
-  if out is None:
+  structure = dict(is_causal=causal, query_seq_lengths=q_len, key_value_seq_lengths=kv_len)
+  if (implementation == "auto" and _cudnn_applies(q, m)
+      and _cudnn_compiles(q, k, v, scale=scale, is_causal=causal, q_len=q_len, kv_len=kv_len)):
+    out = _cudnn_attention(q, k, v, scale=scale, **structure)
+  else:
     out = jax.nn.dot_product_attention(
-        q, k, v, mask=m, scale=scale,
+        q, k, v, mask=m, scale=scale, **structure,
         implementation=None if implementation == "auto" else implementation)
   out = jnp.swapaxes(out, 1, 2).reshape(lead + (tq, values.shape[-1]))  # [..., Tq, dv]
-  if mask is not None:  # same convention as `attend`: no valid key -> zero context
-    out = out * jnp.any(mask, axis=-1, keepdims=True).astype(out.dtype)
+  # The convention of `attend`: a query with no valid key gets a zero context
+  # (jax.nn gives a fully masked row the mean of the values; padded queries
+  # it already zeroes).
+  if mask is not None:  # with `causal` and the lengths: a row may lose its last key to them
+    every = combine_masks(jnp.asarray(mask), structured_mask(
+        tq, tk, causal=causal, query_lengths=query_lengths, key_lengths=key_lengths,
+        heads=len(lead) >= 2))
+    out = out * jnp.any(every, axis=-1, keepdims=True).astype(out.dtype)
+  elif key_lengths is not None:
+    has_keys = jnp.broadcast_to(jnp.asarray(key_lengths), batch) > 0  # [*batch]
+    out = out * has_keys.reshape(batch + (1,) * (len(lead) - len(batch) + 2)).astype(out.dtype)
+  return out
+
+
+def _check_lengths(lengths, name: str, batch: tuple, size: int):
+  """`lengths` as an int array of shape `batch` with values in [0, size]; a
+  ValueError naming `name` otherwise (values only where they are concrete)."""
+  if lengths is None:
+    return None
+  lengths = jnp.asarray(lengths)
+  _validate.integer(lengths, name)
+  if tuple(lengths.shape) != tuple(batch):
+    raise ValueError(f"`{name}` must have the batch axes' shape {tuple(batch)} (the "
+                     f"leading axes before the head axis), got {tuple(lengths.shape)}.")
+  if not isinstance(lengths, jax.core.Tracer) and lengths.size:
+    values = np.asarray(lengths)
+    low, high = int(values.min()), int(values.max())
+    if low < 0 or high > size:
+      raise ValueError(f"`{name}` must lie in [0, {size}], got values in [{low}, {high}].")
+  return lengths
+
+
+def combine_masks(a, b):
+  """`a & b` where both are given, else the one given (or None)."""
+  if a is None or b is None:
+    return a if b is None else b
+  return jnp.logical_and(a, b)
+
+
+def structured_mask(tq: int, tk: int, *, causal: bool = False, query_lengths=None,
+                    key_lengths=None, heads: bool = True):
+  """The dense boolean mask that `causal` and the lengths stand for, or None.
+
+  Args:
+    tq, tk: query and key lengths.
+    causal: query i may attend key j only where j <= i (aligned at the first
+      position: `masks.causal` for tq = tk, jax.nn's `is_causal`).
+    query_lengths / key_lengths: int arrays over the batch axes `[*batch]`:
+      the positions at or after a sentence's length are padding (padded at
+      the end, as the batches of `attention_jax.data` are). A padded query
+      attends to nothing.
+    heads: whether the scores have a head axis after the batch axes.
+
+  Returns:
+    bool `[*batch, 1, Tq, Tk]` (without `heads`, no head axis; `[Tq, Tk]`
+    for `causal` alone), True = may attend.
+  """
+  out = jnp.tril(jnp.ones((tq, tk), dtype=jnp.bool_)) if causal else None  # [Tq, Tk]
+  head = (1,) if heads else ()
+  for lengths, size, axis_shape in ((query_lengths, tq, (tq, 1)), (key_lengths, tk, (1, tk))):
+    if lengths is None:
+      continue
+    lengths = jnp.asarray(lengths)
+    valid = jnp.arange(size) < lengths[..., None]  # [*batch, T]
+    valid = valid.reshape(lengths.shape + head + axis_shape)
+    out = valid if out is None else out & valid
   return out
 
 
@@ -254,8 +372,9 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
 
 def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
               score: str = "scaled_dot", params: Mapping[str, Any] | None = None,
-              mask: jax.Array | None = None, implementation: str = "auto",
-              return_weights: bool = False):
+              mask: jax.Array | None = None, causal: bool = False,
+              query_lengths: jax.Array | None = None, key_lengths: jax.Array | None = None,
+              implementation: str = "auto", return_weights: bool = False):
   """`attend(f(query, keys), values, mask)` with the score function chosen by name.
 
   Args:
@@ -265,6 +384,14 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     score: a name from `scores.SCORE_NAMES`.
     params: weights of parametric scores (see `compute_scores`).
     mask: bool broadcastable to `[..., Tq, Tk]`; True = may attend.
+    causal: query i attends keys j <= i only. With the lengths below it is
+      the way to pass causal and padding masks so that they reach cuDNN's
+      fused kernel as `is_causal` / sequence lengths instead of a dense
+      `[.., Tq, Tk]` mask (`structured_mask` is their dense form, which the
+      other kernels use). All given masks apply together (logical AND).
+    query_lengths / key_lengths: int `[*batch]` over the leading axes before
+      the head axis (all leading axes for 3-D inputs): positions at or after
+      the length are padding; a padded query gets a zero context.
     implementation: `plain` (scores + `attend`), `xla` / `cudnn`
       (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
       the fused kernel for `dot` / `scaled_dot` when weights are not requested
@@ -299,12 +426,20 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   _validate.broadcast_shapes({"query/keys (leading axes)": scores.shape[:-2],
                               "values (leading axes)": values.shape[:-2]})
   mask = _check_mask(mask, scores.shape)
+  lead, (tq, tk) = scores.shape[:-2], scores.shape[-2:]
+  batch = lead[:-1] if len(lead) >= 2 else lead
+  query_lengths = _check_lengths(query_lengths, "query_lengths", batch, tq)
+  key_lengths = _check_lengths(key_lengths, "key_lengths", batch, tk)
+  if kernel == "fused":
+    scale = 1.0 if score == "dot" else None
+    return _fused(query, keys, values, mask, scale, implementation, causal=bool(causal),
+                  query_lengths=query_lengths, key_lengths=key_lengths)
+  mask = combine_masks(mask, structured_mask(
+      tq, tk, causal=bool(causal), query_lengths=query_lengths, key_lengths=key_lengths,
+      heads=len(lead) >= 2))
   if kernel == "blockwise":
     q, k, scale = _blockwise_operands(score, query, keys, params)
     return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
-  if kernel == "fused":
-    scale = 1.0 if score == "dot" else None
-    return _fused(query, keys, values, mask, scale, implementation)
   if query.dtype == jnp.float16 or keys.dtype == jnp.float16:
     # float16 tops out at 65504: scores beyond it would be inf and the softmax
     # NaN, where the fused and blockwise kernels (float32 logits) stay finite.

@@ -10,8 +10,14 @@ with the leading (batch, head, ...) axes broadcast against each other.
 Shape glossary: Tq query length, Tk key length, dq / dk feature sizes,
 a attention (projection) dimension.
 
-Dtypes: float inputs keep their dtype; integer and bool inputs are promoted
-to float32 (`_validate.as_float`). A feature axis of size 0 is a ValueError.
+Dtypes: integer and bool inputs are promoted to float32
+(`_validate.as_float`). The products of the dot-product family (`dot`,
+`scaled_dot`, `inverse_dim`, `general`, `cosine`) are at least float32:
+bfloat16 / float16 operands are multiplied with float32 accumulation and the
+scores stay float32 into the (float32) softmax, since rounding a logit of
+size L to bfloat16 moves it by up to L·2^-9 (0.4 at L = 200), which is the
+regime this project studies (`_LOGITS_F32`). The other scores keep their
+inputs' dtype. A feature axis of size 0 is a ValueError.
 Inputs so large that `qᵀk` overflows (e.g. |q|, |k| ~ 1e30 in float32) give
 inf scores; `attention` then returns NaN context for those rows, on every
 implementation — scale such inputs first (or use `cosine`).
@@ -51,11 +57,33 @@ def _check_qk(q, k, same_dim: bool):
                               "k (leading axes)": k.shape[:-2]})
 
 
+def _logits_dtype(*xs):
+  """float32 for half-precision operands, else their promoted dtype (float64 stays)."""
+  return jnp.promote_types(jnp.result_type(*xs), jnp.float32)
+
+
+def _products(q: jax.Array, k: jax.Array) -> jax.Array:
+  """`q kᵀ` accumulated and returned in `_logits_dtype` (float32 for bf16 / fp16)."""
+  return jnp.matmul(q, jnp.swapaxes(k, -1, -2),
+                    preferred_element_type=_logits_dtype(q, k))  # [..., Tq, Tk]
+
+
 def dot(q: jax.Array, k: jax.Array) -> jax.Array:
-  """Luong dot score `qᵀk`. q `[..., Tq, d]`, k `[..., Tk, d]` -> `[..., Tq, Tk]`."""
+  """Luong dot score `qᵀk`. q `[..., Tq, d]`, k `[..., Tk, d]` -> `[..., Tq, Tk]`,
+  float32 for half-precision inputs (module docstring)."""
   q, k = _validate.as_float(q, "q"), _validate.as_float(k, "k")
   _check_qk(q, k, same_dim=True)
-  return jnp.matmul(q, jnp.swapaxes(k, -1, -2))  # [..., Tq, Tk]
+  return _products(q, k)  # [..., Tq, Tk]
+
+
+def _scaled(q: jax.Array, k: jax.Array, scale: float) -> jax.Array:
+  """`scale · qᵀk`. In float32 and wider the (smaller) query is scaled, which
+  keeps the op count at Tq·d; in half precision the float32 products are, so
+  that the scale is not rounded into the operands (1/√a is no power of two)."""
+  if _logits_dtype(q, k) == jnp.result_type(q, k):
+    return dot(q * jnp.asarray(scale, q.dtype), k)  # [..., Tq, Tk]
+  out = dot(q, k)  # [..., Tq, Tk] float32
+  return out * jnp.asarray(scale, out.dtype)
 
 
 def scaled_dot(q: jax.Array, k: jax.Array) -> jax.Array:
@@ -63,9 +91,7 @@ def scaled_dot(q: jax.Array, k: jax.Array) -> jax.Array:
   q = _validate.as_float(q, "q")
   _validate.rank_at_least(q, "q", 2)
   _validate.nonempty_axis(q, "q", -1, "feature")
-  scale = 1.0 / math.sqrt(q.shape[-1])
-  # Scaling the (smaller) query instead of the scores keeps the op count at Tq·d.
-  return dot(q * jnp.asarray(scale, q.dtype), k)  # [..., Tq, Tk]
+  return _scaled(q, k, 1.0 / math.sqrt(q.shape[-1]))  # [..., Tq, Tk]
 
 
 def inverse_dim(q: jax.Array, k: jax.Array) -> jax.Array:
@@ -75,7 +101,7 @@ def inverse_dim(q: jax.Array, k: jax.Array) -> jax.Array:
   q = _validate.as_float(q, "q")
   _validate.rank_at_least(q, "q", 2)
   _validate.nonempty_axis(q, "q", -1, "feature")
-  return dot(q * jnp.asarray(1.0 / q.shape[-1], q.dtype), k)  # [..., Tq, Tk]
+  return _scaled(q, k, 1.0 / q.shape[-1])  # [..., Tq, Tk]
 
 
 def general(q: jax.Array, k: jax.Array, w: jax.Array) -> jax.Array:
@@ -86,7 +112,7 @@ def general(q: jax.Array, k: jax.Array, w: jax.Array) -> jax.Array:
     raise ValueError(
         f"`w` must have shape (dq, dk) = {(q.shape[-1], k.shape[-1])} for q "
         f"{tuple(q.shape)} and k {tuple(k.shape)}, got {tuple(w.shape)}.")
-  return jnp.matmul(q @ w, jnp.swapaxes(k, -1, -2))  # [..., Tq, Tk]
+  return _products(q @ w, k)  # [..., Tq, Tk]
 
 
 _ADDITIVE_ARGS = ("q", "k", "w_q", "w_k", "v")

@@ -17,6 +17,13 @@ Suites (--suite, comma-separated):
   models    training tokens/s of the RNN Seq2Seq (Britz base) and the
             Transformer (base), and N vmapped seeds vs N sequential runs.
 
+Resumable: a case whose rows are in benchmark.jsonl already (same shapes,
+dtype, implementation and device) is not measured again, so the same command
+continues a run that was killed or stopped (`--noresume` measures everything
+again). `--max_minutes` stops cleanly before the first case that would start
+after it; `--report_only` rewrites benchmark.md and the plots from the rows
+on disk (e.g. after a kill) and measures nothing.
+
 Every kernel is checked against a naive float32 einsum reference before it is
 timed; one that disagrees is recorded as `refused` and never timed. Programs
 are compiled before the clock starts (a program whose compiled memory exceeds
@@ -51,6 +58,7 @@ from experiments.benchmarks import jsonl
 from experiments.benchmarks import kernels
 from experiments.benchmarks import models
 from experiments.benchmarks import report
+from experiments.benchmarks import resume
 from experiments.benchmarks import settings as settings_lib
 
 FLAGS = flags.FLAGS
@@ -120,6 +128,12 @@ flags.DEFINE_integer("model_vocab", None, "Models suite: vocabulary size (defaul
 flags.DEFINE_integer("model_steps", _default("model_steps"), "Models suite: training steps per "
                      "timed call (one compiled `lax.scan`).")
 flags.DEFINE_integer("seed", _default("seed"), "PRNG seed of the random inputs.")
+flags.DEFINE_float("max_minutes", None, "Stop before the first case that would start after "
+                   "this many minutes (the rows so far are on disk; the same command continues).")
+flags.DEFINE_bool("resume", True, "Skip the cases benchmark.jsonl holds already for this "
+                  "device (--noresume measures them again, as new rows).")
+flags.DEFINE_bool("report_only", False, "Rewrite benchmark.md and the plots from the rows "
+                  "on disk for these settings; measure nothing.")
 
 
 def _fail(message: str):
@@ -138,6 +152,8 @@ def main(argv):
     _fail(f"unexpected arguments {argv[1:]}")
   if not FLAGS.workdir:
     _fail("`--workdir` is required.")
+  if FLAGS.max_minutes is not None and not FLAGS.max_minutes > 0:
+    _fail(f"`--max_minutes` must be > 0, got {FLAGS.max_minutes}.")
   try:
     settings = settings_from_flags()
   except ValueError as e:
@@ -146,34 +162,64 @@ def main(argv):
     common.check_output_dir("workdir", FLAGS.workdir)
     os.makedirs(FLAGS.workdir, exist_ok=True)
     with workdir_lock.WorkdirLock(FLAGS.workdir, log=print):
-      measure(settings, FLAGS.workdir, command=" ".join(sys.argv[1:]))
+      measure(settings, FLAGS.workdir, command=" ".join(sys.argv[1:]),
+              max_minutes=FLAGS.max_minutes, resume_rows=FLAGS.resume,
+              report_only=FLAGS.report_only)
   except ValueError as e:
     _fail(str(e))
   except OSError as e:  # a full disk: the rows measured so far are on disk
     _fail(f"{FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
 
 
-def measure(settings: settings_lib.Settings, workdir: str, command: str) -> None:
+def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
+            max_minutes: float | None = None, resume_rows: bool = True,
+            report_only: bool = False) -> int:
   """Runs the suites; appends each row to benchmark.jsonl as it is measured.
 
   benchmark.jsonl only grows: each row carries the `run` it belongs to (start
   time and PID), so a killed or crashed run loses nothing measured, before or
-  by it. benchmark.md and the plots show this run's rows and are replaced
-  atomically at the end.
+  by it. With `resume_rows`, measurements already there for this device are
+  skipped (`resume.Progress`); `max_minutes` stops before the next case once
+  passed. benchmark.md and the plots show every row of these settings (old
+  and new) and are replaced atomically at the end. Returns the number of
+  measurements still missing (0: complete).
   """
   machine = bm.machine_description()
   logging.info("machine: %s", machine)
   path = os.path.join(workdir, "benchmark.jsonl")
   run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{os.getpid()}"
-  rows: list[dict] = []
+  earlier = resume.read_rows(path) if (resume_rows or report_only) else []
+  progress = resume.Progress(earlier, machine, max_minutes=max_minutes,
+                             report_only=report_only)
+  new_rows = 0
+  stopped = False
   with jsonl.appending(path, machine, run_id) as append:
-    for suite in settings.suite:
-      SUITES[suite].run(settings, lambda row: rows.append(append(row)))
+
+    def write(row: dict) -> None:
+      nonlocal new_rows
+      if not progress.has({**row, **progress.machine}):  # a model row measured again
+        progress.add(append(row))
+        new_rows += 1
+
+    try:
+      for suite in settings.suite:
+        SUITES[suite].run(settings, write, progress)
+    except resume.OutOfTime:
+      stopped = True
+  rows = progress.rows_asked()
   checkpoints.atomic_write(os.path.join(workdir, "benchmark.md"),
                            report.markdown_tables(rows, machine, command))
   for name in report.plot(rows, workdir):
     print(f"wrote {os.path.join(workdir, name)}")
-  print(f"appended {len(rows)} rows (run {run_id}) to {path}; wrote benchmark.md")
+  missing = progress.missing_count()
+  print(f"appended {new_rows} rows (run {run_id}) to {path}; {progress.skipped_cases} cases "
+        f"were there already; wrote benchmark.md ({len(rows)} rows)")
+  if stopped:
+    print(f"stopped by --max_minutes={max_minutes:g} before a case still to measure; "
+          "the same command continues")
+  elif missing:
+    print(f"{missing} measurements missing")
+  return missing if not stopped else max(missing, 1)
 
 
 if __name__ == "__main__":

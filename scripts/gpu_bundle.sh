@@ -22,11 +22,25 @@ bundle="$(realpath -m "${1:-$repo/gpu_bundle}")"
 py="${PYTHON:-$repo/.venv/bin/python}"
 pyver="${GPU_PYTHON_VERSION:-3.12}"
 vocab_sizes="${VOCAB_SIZES:-2000 8000}"
-limit_mib=60
+# A device call carries at most 64 MiB: the working tree that travels (tracked
+# and untracked-not-ignored files) plus every carried path, this bundle and
+# runs/gpu_state included. STATE_RESERVE_MIB is kept for runs/gpu_state (the
+# benchmark rows, calibration and finished sweep cells brought back; a few MiB).
+call_limit_mib=64
+state_reserve_mib="${STATE_RESERVE_MIB:-8}"
 
 die() { echo "error: $*" >&2; exit 1; }
 [ -x "$py" ] || die "no Python at $py: run 'make .venv/.installed-stamp' first (or set PYTHON)."
 [[ "$pyver" =~ ^3\.[0-9]+$ ]] || die "GPU_PYTHON_VERSION must look like 3.12, got '$pyver'."
+[[ "$state_reserve_mib" =~ ^[0-9]+$ ]] || die "STATE_RESERVE_MIB must be a whole number, got '$state_reserve_mib'."
+# Bytes of the files a device call sends besides the carried paths (links count
+# as links: what they point to stays behind).
+tree_bytes=$(cd "$repo" && git ls-files -z -c -o --exclude-standard \
+  | xargs -0 -r stat -c '%s' -- 2>/dev/null | awk '{s += $1} END {print s + 0}') \
+  || die "cannot measure the working tree (is $repo a git checkout?)."
+tree_mib=$(( (tree_bytes + 1048575) / 1048576 ))
+limit_mib=$(( call_limit_mib - tree_mib - state_reserve_mib ))
+[ "$limit_mib" -gt 0 ] || die "the working tree alone is $tree_mib MiB: no room for a bundle in a $call_limit_mib MiB call."
 for v in $vocab_sizes; do
   [[ "$v" =~ ^[0-9]+$ ]] || die "VOCAB_SIZES must be whole numbers, got '$v'."
 done
@@ -77,10 +91,11 @@ echo "[3/3] checksums"
 (cd "$work" && find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum \
     > SHA256SUMS)
 size_mib=$(( ($(du -sb "$work" | cut -f1) + 1048575) / 1048576 ))
-[ "$size_mib" -le "$limit_mib" ] || die "bundle is $size_mib MiB, over the $limit_mib MiB limit (left in $work)."
+[ "$size_mib" -le "$limit_mib" ] || die "bundle is $size_mib MiB, over its $limit_mib MiB ($call_limit_mib MiB per call - $tree_mib MiB working tree - $state_reserve_mib MiB for runs/gpu_state; left in $work)."
 
 rm -rf "$bundle.old"
 [ -e "$bundle" ] && mv "$bundle" "$bundle.old"
 mv "$work" "$bundle"
 rm -rf "$bundle.old"
+echo "working tree $tree_mib MiB + bundle $size_mib MiB + state reserve $state_reserve_mib MiB <= $call_limit_mib MiB per device call"
 echo "bundle: $bundle, $size_mib MiB ($(ls "$bundle/wheels" | wc -l) wheels)"

@@ -2,31 +2,52 @@
 # One stage of the GPU work, on the GPU machine, from the repository root with
 # the folder made by scripts/gpu_bundle.sh beside it. Installs the bundle's
 # wheels into a temporary directory on PYTHONPATH (never into the system),
-# points the data cache at the bundle, runs the stage and leaves a few files
-# (at most 8, no sub-folders) in OUTDIR.
+# checks that the image's versions fit them, points the data cache at the
+# bundle, runs the stage under a hard time limit and then, however the stage
+# ended (done, failed, killed by the limit), leaves its files in OUTDIR: at
+# most 8, no sub-folders (what a device command can bring back).
 #
 # Usage: scripts/gpu_run.sh [--toy] STAGE OUTDIR [-- EXTRA FLAGS]
-#   check   pytest -m gpu tests/gpu: cuDNN vs plain attention, bf16 training
-#           steps, the vmapped ensemble            -> check.log, check.xml
-#   bench   experiments.benchmark --preset=gpu      -> benchmark.jsonl,
-#           benchmark.md, plots.tar.gz
-#   sweep   experiments.ablation --preset=gpu in pieces of <= 8 minutes: the
-#           same command again continues where the last one stopped (the
-#           workdir runs/gpu stays while the machine does) -> results.jsonl,
-#           table.md, ablation.png, validation.png, diagnostics.png,
-#           attention_maps.tar.gz
-#   Every stage also writes device.txt (GPU name, driver, jax, jaxlib, flax)
-#   and run.log. EXTRA FLAGS go to the stage's Python command, e.g.
-#   `-- --suite=kernels` for bench.
+#   check      pytest -m gpu tests/gpu: cuDNN vs plain attention, bf16 training
+#              steps, the vmapped ensemble        -> check.log, check.xml
+#   bench      experiments.benchmark --preset=gpu_headline, resumable: cases
+#              already in benchmark.jsonl (the workdir's, or GPU_STATE's when
+#              the machine is fresh) are skipped, and it stops between cases
+#              at BENCH_MINUTES   -> benchmark.jsonl, benchmark.md, plots.tar.gz
+#   calibrate  experiments.benchmarks.calibration --preset=gpu: step and
+#              evaluation times of two cells, and the sweep's --steps, --dims
+#              and --eval_every sized for 3 pieces  -> calibration.json,
+#              calibration.md
+#   sweep      experiments.ablation --preset=gpu, one piece of SWEEP_MINUTES,
+#              with the plan of GPU_STATE/calibration.json where there is one;
+#              finished cells come back in sweep_state.tar.gz, which the next
+#              call takes from GPU_STATE on a fresh machine -> results.jsonl,
+#              table.md, ablation.png, plots.tar.gz, sweep_state.tar.gz
+#   Every stage also writes device.txt (GPU, driver, versions) and run.log.
+#   EXTRA FLAGS go to the stage's Python command.
 #   --toy   each stage at toy size, to run the whole path on a CPU machine:
 #           check still collects tests/gpu (skipped without a GPU), bench runs
-#           --preset=tiny, sweep a 6-step two-arm sweep on the bundled corpus.
-# Environment: GPU_BUNDLE (default gpu_bundle), PYTHON (default python3).
+#           --preset=tiny, calibrate and sweep a two-arm toy sweep.
+# Environment:
+#   GPU_BUNDLE     the bundle (default gpu_bundle)
+#   GPU_STATE      files an earlier call returned, carried back (default
+#                  runs/gpu_state): benchmark.jsonl, calibration.json,
+#                  sweep_state.tar.gz
+#   GPU_RUNS       where the stages' workdirs and JAX's compilation cache live
+#                  (default runs/, which stays as long as the machine does)
+#   STAGE_MINUTES  hard limit of the stage's command (default 8: with the wheel
+#                  install, checks and collection the call stays under the
+#                  device's 10 minutes); at the limit it gets SIGTERM, 20 s
+#                  later SIGKILL, and its files are collected all the same
+#   BENCH_MINUTES  the benchmark's --max_minutes (default 6.5)
+#   SWEEP_MINUTES  the sweep piece's --max_minutes (default 7)
+#   PYTHON         the image's Python (default python3)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$repo"
-usage="usage: scripts/gpu_run.sh [--toy] check|bench|sweep OUTDIR [-- EXTRA FLAGS]"
+usage="usage: scripts/gpu_run.sh [--toy] check|bench|calibrate|sweep OUTDIR [-- EXTRA FLAGS]"
 die() { echo "error: $*" >&2; exit 2; }
+is_minutes() { [[ "$1" =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v m="$1" 'BEGIN{exit !(m > 0)}'; }
 
 toy=0
 if [ "${1:-}" = "--toy" ]; then toy=1; shift; fi
@@ -37,11 +58,22 @@ if [ $# -gt 0 ]; then
   shift
 fi
 extra=("$@")
-case "$stage" in check|bench|sweep) ;; *) die "STAGE must be check, bench or sweep, got '$stage'." ;; esac
+case "$stage" in check|bench|calibrate|sweep) ;;
+  *) die "STAGE must be check, bench, calibrate or sweep, got '$stage'." ;; esac
+stage_minutes="${STAGE_MINUTES:-8}"
+bench_minutes="${BENCH_MINUTES:-6.5}"
+sweep_minutes="${SWEEP_MINUTES:-7}"
+for v in STAGE_MINUTES:"$stage_minutes" BENCH_MINUTES:"$bench_minutes" \
+         SWEEP_MINUTES:"$sweep_minutes"; do
+  is_minutes "${v#*:}" || die "${v%%:*} must be a number of minutes > 0, got '${v#*:}'."
+done
 bundle="$(realpath -m "${GPU_BUNDLE:-$repo/gpu_bundle}")"
+state="$(realpath -m "${GPU_STATE:-$repo/runs/gpu_state}")"
+runs="$(realpath -m "${GPU_RUNS:-$repo/runs}")"
 py="${PYTHON:-python3}"
-[ -f "$bundle/SHA256SUMS" ] || die "no bundle at $bundle (GPU_BUNDLE): make it with scripts/gpu_bundle.sh on a machine with the package registries."
+[ -f "$bundle/SHA256SUMS" ] || die "no bundle at $bundle (GPU_BUNDLE): make it with scripts/gpu_bundle.sh on a machine with the package registries, and name it in the device call's carry."
 command -v "$py" >/dev/null || die "no Python '$py' (PYTHON)."
+[ ! -e "$state" ] || [ -d "$state" ] || die "GPU_STATE $state is not a folder."
 mkdir -p "$out" 2>/dev/null && [ -w "$out" ] || die "OUTDIR '$out' cannot be created or written."
 out="$(cd "$out" && pwd)"
 (cd "$bundle" && sha256sum --quiet --strict -c SHA256SUMS) \
@@ -53,7 +85,13 @@ trap 'rm -rf "$site"' EXIT
   "$bundle"/wheels/*.whl
 export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 export ATTENTION_JAX_CACHE="$bundle/cache"
+# Compiled programs survive between calls while the machine stays (GPU_RUNS
+# is kept with it): a resumed sweep piece or benchmark does not
+# compile again what it compiled before.
+export JAX_COMPILATION_CACHE_DIR="$runs/jax_compilation_cache"
+export PYTHONUNBUFFERED=1
 
+versions="$("$py" "$repo/scripts/gpu_versions.py" "$site" "$repo/pyproject.toml")" || exit 2
 "$py" - > "$out/device.txt" <<'EOF'
 import subprocess, jax, jaxlib, flax
 try:
@@ -66,50 +104,112 @@ print(f"nvidia-smi: {smi}")
 print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
       f"backend {jax.default_backend()}, devices {jax.devices()}")
 EOF
+echo "$versions" >> "$out/device.txt"
 cat "$out/device.txt"
 
 log="$out/run.log"
-# Copies the newest report files of WORKDIR to OUTDIR; plots beyond the named
-# ones go into one archive (OUTDIR takes at most 8 files).
-collect() {
-  local workdir="$1" archive="$2"; shift 2
+# Runs the stage's command under the hard limit; its output goes to the
+# terminal and to run.log (or LOG). Never fails: the status is in $status.
+status=0
+limited() {
+  set +e
+  timeout --signal=TERM --kill-after=20 "$(awk -v m="$stage_minutes" 'BEGIN{print int(m*60)}')" \
+    "$@" 2>&1 | tee -a "${LOG:-$log}"
+  status="${PIPESTATUS[0]}"
+  set -e
+  if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+    echo "stage stopped by its limit of $stage_minutes minutes (STAGE_MINUTES); files collected" \
+      | tee -a "${LOG:-$log}"
+  fi
+}
+# Copies the named report files of WORKDIR to OUTDIR (those that exist).
+copy_reports() {
+  local workdir="$1"; shift
   local f
-  for f in "$@"; do [ -f "$workdir/$f" ] && cp "$workdir/$f" "$out/"; done
-  (cd "$workdir" && find . -maxdepth 1 -name '*.png' $(printf -- "! -name %s " "$@") -print0 \
+  for f in "$@"; do if [ -f "$workdir/$f" ]; then cp "$workdir/$f" "$out/"; fi; done
+}
+# The .png files of WORKDIR other than the named ones, in one archive.
+archive_plots() {
+  local workdir="$1" archive="$2"; shift 2
+  [ -d "$workdir" ] || return 0
+  local skip=() f
+  for f in "$@"; do skip+=(! -name "$f"); done
+  (cd "$workdir" && find . -maxdepth 1 -name '*.png' "${skip[@]}" -print0 \
      | tar --null -czf "$out/$archive" --files-from=-)
 }
 
+toy_sweep=(--arms=additive,multiplicative --dims=8,16 --seeds=2 --steps=6 --embed_dim=16
+           --hidden_dim=16 --decoder_layers=1 --batch_size=8 --max_length=24 --eval_every=3
+           --eval_examples=8 --test_examples=8 --eval_batch_size=8 --beam_size=2
+           --diag_every=3 --checkpoint_every=3 --log_every=3)
+
 case "$stage" in
   check)
-    "$py" -m pytest -q -p no:cacheprovider -m gpu tests/gpu --junitxml="$out/check.xml" \
-      "${extra[@]}" 2>&1 | tee "$out/check.log"
-    exit "${PIPESTATUS[0]}"
+    LOG="$out/check.log" limited "$py" -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
+      --junitxml="$out/check.xml" "${extra[@]}"
     ;;
   bench)
-    preset=gpu; [ "$toy" = 1 ] && preset=tiny
-    workdir="$repo/runs/gpu_bench"
-    "$py" -m experiments.benchmark --preset="$preset" --workdir="$workdir" "${extra[@]}" \
-      2>&1 | tee "$log"
-    status="${PIPESTATUS[0]}"
-    collect "$workdir" plots.tar.gz benchmark.jsonl benchmark.md
-    exit "$status"
+    preset=gpu_headline; [ "$toy" = 1 ] && preset=tiny
+    workdir="$runs/gpu_bench"
+    mkdir -p "$workdir"
+    # A fresh machine: continue from the rows an earlier call brought back.
+    if [ ! -s "$workdir/benchmark.jsonl" ] && [ -s "$state/benchmark.jsonl" ]; then
+      cp "$state/benchmark.jsonl" "$workdir/benchmark.jsonl"
+    fi
+    flags=(--preset="$preset" --workdir="$workdir" --max_minutes="$bench_minutes")
+    limited "$py" -m experiments.benchmark "${flags[@]}" "${extra[@]}"
+    if [ "$status" != 0 ]; then  # killed or failed: the report of the rows on disk
+      timeout 60 "$py" -m experiments.benchmark "${flags[@]}" "${extra[@]}" --report_only \
+        >> "$log" 2>&1 || echo "the report of the rows so far failed too" | tee -a "$log"
+    fi
+    copy_reports "$workdir" benchmark.jsonl benchmark.md
+    archive_plots "$workdir" plots.tar.gz
+    ;;
+  calibrate)
+    workdir="$runs/gpu_calibration"
+    flags=(--preset=gpu --workdir="$workdir" --pieces=3 --piece_minutes="$sweep_minutes")
+    if [ "$toy" = 1 ]; then
+      # The toy's plan only exercises the path: a shared 2-core CPU compiles
+      # for minutes, so the toy sizes itself against an hour (capped at --steps=6).
+      flags+=("${toy_sweep[@]}" --calibration_steps=3 --min_steps=3 --piece_minutes=60)
+    fi
+    limited "$py" -m experiments.benchmarks.calibration "${flags[@]}" "${extra[@]}"
+    copy_reports "$workdir" calibration.json calibration.md
     ;;
   sweep)
-    workdir="$repo/runs/gpu"
-    flags=(--preset=gpu --max_minutes=8)
+    workdir="$runs/gpu"
+    flags=(--preset=gpu --max_minutes="$sweep_minutes")
     if [ "$toy" = 1 ]; then
-      workdir="$repo/runs/gpu_toy"
-      flags+=(--arms=additive,multiplicative --dims=8,16 --seeds=2 --steps=6
-              --embed_dim=16 --hidden_dim=16 --decoder_layers=1 --batch_size=8
-              --max_length=24 --eval_every=3 --eval_examples=8 --test_examples=8
-              --eval_batch_size=8 --beam_size=2 --diag_every=3 --checkpoint_every=3
-              --log_every=3)
+      workdir="$runs/gpu_toy"
+      flags+=("${toy_sweep[@]}")
     fi
-    "$py" -m experiments.ablation "${flags[@]}" --workdir="$workdir" "${extra[@]}" 2>&1 \
-      | tee "$log"
-    status="${PIPESTATUS[0]}"
-    collect "$workdir" attention_maps.tar.gz results.jsonl table.md ablation.png \
-      validation.png diagnostics.png
-    exit "$status"
+    if [ -f "$state/calibration.json" ]; then
+      plan="$("$py" - "$state/calibration.json" <<'EOF'
+import json, sys
+plan = json.load(open(sys.argv[1]))["plan"]
+if not plan["fits"]:
+  sys.exit(f"error: the calibration says the sweep does not fit ({plan['steps']} steps "
+           f"for dims {plan['dims']}); see calibration.md")
+print(" ".join(plan["flags"]))
+EOF
+)" || exit 2
+      read -r -a plan_flags <<< "$plan"
+      flags+=("${plan_flags[@]}")
+      echo "plan from $state/calibration.json: ${plan_flags[*]}" | tee -a "$log"
+    fi
+    mkdir -p "$workdir"
+    # A fresh machine: the cells an earlier call finished (never replacing files here).
+    if [ -f "$state/sweep_state.tar.gz" ]; then
+      tar -xzf "$state/sweep_state.tar.gz" -C "$workdir" --skip-old-files
+    fi
+    limited "$py" -m experiments.ablation "${flags[@]}" --workdir="$workdir" "${extra[@]}"
+    copy_reports "$workdir" results.jsonl table.md ablation.png
+    archive_plots "$workdir" plots.tar.gz ablation.png
+    # Everything but the checkpoints and locks: enough to skip the finished
+    # cells and to remake every report on another machine.
+    (cd "$workdir" && find . -type f ! -path '*/checkpoints/*' ! -name '.lock' ! -name '*.tmp*' \
+       -print0 | tar --null -czf "$out/sweep_state.tar.gz" --files-from=-)
     ;;
 esac
+ls -l "$out" | tee -a "$log"
+exit "$status"

@@ -104,6 +104,7 @@ def _case(name, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D, dk=D
 
 ALL_SCORES = ("dot", "scaled_dot", "general", "additive", "additive_naive", "cosine",
               "inverse_dim", "qk_norm")
+FLOAT32_PRODUCTS = ("dot", "scaled_dot", "general", "cosine", "inverse_dim", "qk_norm")
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
@@ -112,7 +113,8 @@ def test_score_matches_numpy_formula(name, dtype):
   fn, args, ref = _case(name, np.random.default_rng(0), dtype)
   out = fn(*args)
   assert out.shape == (B, H, TQ, TK)
-  assert out.dtype == dtype
+  # The dot-product family keeps half-precision products in float32.
+  assert out.dtype == (jnp.float32 if name in FLOAT32_PRODUCTS else dtype)
   # The reference sees the same (bf16-rounded) inputs, in float64.
   expected = ref(*[np.asarray(a, np.float64) for a in args])
   np.testing.assert_allclose(np.asarray(out, np.float64), expected, **TOLERANCE[dtype])
@@ -379,3 +381,46 @@ def test_empty_feature_axis_is_a_named_error(name, raises_at_trace):
     args.append(np.ones((0, 0), np.float32))
   raises_at_trace(getattr(scores, name), args, ValueError, "`q`", "empty feature axis",
                   "(2, 0)")
+
+
+# Under bfloat16 compute the multiplicative arms' logits stay float32: at a = 1024
+# with unit-normal projections (|logit| up to ~140), rounding the products to
+# bf16 moved them by up to 0.33 (measured on CPU, commit of this test); float32
+# accumulation of the same bf16 operands is within 1e-4 of float64.
+@pytest.mark.parametrize("name,scale", [("dot", 1.0), ("scaled_dot", 1024 ** -0.5),
+                                        ("inverse_dim", 1.0 / 1024)])
+def test_bf16_products_of_large_dims_are_float32_logits(name, scale):
+  a = 1024
+  kq, kk = jax.random.split(jax.random.PRNGKey(0))
+  q = jax.random.normal(kq, (4, 16, a)).astype(jnp.bfloat16)
+  k = jax.random.normal(kk, (4, 24, a)).astype(jnp.bfloat16)
+  out = getattr(scores, name)(q, k)
+  assert out.dtype == jnp.float32
+  exact = np.einsum("bqd,bkd->bqk", np.asarray(q, np.float64), np.asarray(k, np.float64)) * scale
+  assert np.abs(exact).max() > 100 * scale  # large logits: the regime that matters
+  err = np.abs(np.asarray(out, np.float64) - exact).max()
+  assert err <= 1e-4 * max(1.0, np.abs(exact).max() / 100)
+  # what bf16 products would have given: the error the float32 logits remove
+  rounded = np.asarray((jnp.asarray(exact, jnp.float32)).astype(jnp.bfloat16), np.float64)
+  assert np.abs(rounded - exact).max() > 100 * err
+
+
+def test_bf16_multiplicative_layer_scores_are_float32_and_masked_logits_stay_finite():
+  from flax import nnx
+  from attention_jax import layers
+  a = 1024
+  attn = layers.Attention(64, 64, score="multiplicative", attention_dim=a,
+                          dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+  attn32 = layers.Attention(64, 64, score="multiplicative", attention_dim=a,
+                            dtype=jnp.float32, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.PRNGKey(1), (2, 3, 64)) * 4
+  keys = jax.random.normal(jax.random.PRNGKey(2), (2, 7, 64)) * 4
+  mask = jnp.arange(7)[None, None, :] < jnp.asarray([7, 0])[:, None, None]  # row 2: no key
+  ctx, weights, raw = attn(x, attn.prepare(keys), keys, mask=mask)
+  _, _, raw32 = attn32(x, attn32.prepare(keys), keys, mask=mask)
+  assert raw.dtype == jnp.float32 and weights.dtype == jnp.float32
+  assert np.all(np.isfinite(np.asarray(weights))) and np.all(np.isfinite(np.asarray(ctx, np.float32)))
+  assert np.all(np.asarray(weights)[1] == 0)
+  # the difference left is the bf16 projections', not a rounding of the products
+  rel = np.abs(np.asarray(raw) - np.asarray(raw32)).max() / np.abs(np.asarray(raw32)).max()
+  assert rel < 2e-2

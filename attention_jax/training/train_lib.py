@@ -509,6 +509,8 @@ class EnsembleTrainer:
     diag_batch = next(self.data.batches("validation", cfg.batch_size, shuffle=False,
                                         repeat=False))
     step = meta["step"]
+    start_step = step
+    slowest_validation = 0.0  # seconds, of this call (the first one compiles the decoder)
     train_seconds = meta["train_seconds"]
     batches = self._train_batches(step)
     window_tokens, window_seconds, window_start = 0, 0.0, time.time()
@@ -542,6 +544,7 @@ class EnsembleTrainer:
           metrics.append({"step": step, "seed": seed, "loss": float(loss[e]),
                           **{k: _num(v[e]) for k, v in stats.items()}})
       if step % cfg.eval_every == 0 or step == cfg.steps:
+        validation_start = time.time()
         self._check_params(step, log)  # the loss above predates this step's update
         ok = self.diverged_at == 0
         scores = np.where(ok, self.bleu(self.params, "validation", cfg.eval_examples,
@@ -559,6 +562,7 @@ class EnsembleTrainer:
         log(f"[{self.arm.label}] step {step}: validation BLEU "
             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
             f"{' '.join(f'{p:.2f}' for p in ppl)}")
+        slowest_validation = max(slowest_validation, time.time() - validation_start)
       saved = step % cfg.checkpoint_every == 0 or step == cfg.steps
       if saved:
         self._save(ckpt, board, step, train_seconds)
@@ -577,6 +581,17 @@ class EnsembleTrainer:
             f"{step}; re-run the same command to resume")
         raise interrupts.Interrupted(signum)
 
+    if deadline is not None and step == cfg.steps > start_step:
+      # The last checkpoint is saved: a piece that would pass its deadline in
+      # the final test decode stops here, and the next one only evaluates.
+      estimate = final_evaluation_seconds(
+          slowest_validation, self._sentences("validation", cfg.eval_examples),
+          self.val_beam_size, self._sentences("test", cfg.test_examples), cfg.beam_size)
+      if multihost.agree(time.time() + estimate > deadline):
+        log(f"[{self.arm.label}] trained to step {step}; the final evaluation (estimated "
+            f"{estimate:.0f} s) would pass the time budget: checkpoint saved, re-run the "
+            "same command to evaluate")
+        return None
     self._check_params(step, log)
     ok = self.diverged_at == 0
     test_hyps, test_refs = self.translate(self.best_params, "test", cfg.test_examples,
@@ -605,6 +620,11 @@ class EnsembleTrainer:
     return GroupResult(rows=rows, attention=attention,
                        translations={"references": test_refs, "hypotheses": test_hyps})
 
+  def _sentences(self, split: str, limit: int) -> int:
+    """How many sentences of `split` an evaluation with `limit` (0 = all) reads."""
+    total = len(self.data.texts(split)[0])
+    return total if not limit else min(limit, total)
+
   def _save(self, ckpt, board, step: int, train_seconds: float) -> None:
     """The checkpoint of `step`: arrays and the bookkeeping a resume needs."""
     board.flush()  # on disk before the checkpoint: a resume purges only what follows
@@ -628,6 +648,24 @@ class EnsembleTrainer:
       if i == self.tok.eos_id:
         break
     return out
+
+
+def final_evaluation_seconds(validation_seconds: float, validation_sentences: int,
+                             validation_beam: int, test_sentences: int, test_beam: int) -> float:
+  """A cautious estimate of the final evaluation's time from a validation's.
+
+  The final evaluation decodes `test_sentences` with beam `test_beam` and
+  repeats the validation's perplexity; a validation decoded
+  `validation_sentences` with `validation_beam` (its time includes the
+  perplexity, and for the first one the decoder's compilation). Beam search
+  advances beam x batch hypotheses per step, so its cost is taken as linear in
+  the beam, an upper bound where a device runs the hypotheses in parallel.
+  0 when no validation was timed.
+  """
+  if validation_seconds <= 0 or validation_sentences <= 0:
+    return 0.0
+  work = (test_sentences * test_beam) / (validation_sentences * max(validation_beam, 1))
+  return validation_seconds * max(1.0, work)
 
 
 def jaxpr_bytes(jaxpr) -> int:

@@ -24,6 +24,7 @@ import numpy as np
 import attention_jax as aj
 from attention_jax import benchmarking as bm
 from attention_jax import scores as scores_lib
+from experiments.benchmarks import resume
 from experiments.benchmarks import timing
 from experiments.benchmarks.settings import Settings
 
@@ -54,13 +55,21 @@ def _weights(keys, attention_dim: int):
           jax.random.normal(keys[2], (a,)) / math.sqrt(a))
 
 
-def run(settings: Settings, write: Callable[[dict], None]) -> None:
-  """Chunked vs naive additive attention, forward+backward: temp memory and time."""
+def run(settings: Settings, write: Callable[[dict], None],
+        progress: resume.Progress | None = None) -> None:
+  """Chunked vs naive additive attention, forward+backward: temp memory and time
+  (the lengths `progress.pending` says are not measured yet)."""
+  progress = progress or resume.Progress((), {})
   limit = timing.memory_limit_bytes(settings.memory_limit_gb)
   b, a, d = settings.additive_batch, settings.additive_dim, HEAD_DIM
   keys = jax.random.split(jax.random.PRNGKey(settings.seed + 7), 8)
   weights = _weights(keys, a)
   for t in sorted(settings.additive_seq_lens):
+    case = {"suite": "additive", "mode": "fwd_bwd", "dtype": "float32", "batch": b,
+            "seq_len": t, "attention_dim": a, "head_dim": d}
+    impls = progress.pending(case, SCORE_FNS)
+    if not impls:
+      continue
     q, k, values, cot = (jax.random.normal(key, (b, t, d)) for key in keys[3:7])  # [B, T, d]
     args = (q, k, values, *weights, cot)
     timed = t <= settings.additive_time_max_len
@@ -69,9 +78,9 @@ def run(settings: Settings, write: Callable[[dict], None]) -> None:
       reference = jax.jit(jax.grad(_loss(None), argnums=_ARGNUMS))(*args)
       reference = jax.tree.map(np.asarray, reference)
     ready = {}  # impl -> (row, call, first call seconds); timed interleaved below
-    for impl, score_fn in SCORE_FNS.items():
-      row = {"suite": "additive", "impl": impl, "mode": "fwd_bwd", "dtype": "float32",
-             "batch": b, "seq_len": t, "attention_dim": a, "head_dim": d}
+    for impl in impls:
+      score_fn = SCORE_FNS[impl]
+      row = {**case, "impl": impl}
       compiled, compile_s = bm.compile_fn(jax.grad(_loss(score_fn), argnums=_ARGNUMS), *args)
       memory = bm.memory_stats(compiled)
       row.update(memory, compile_s=compile_s)

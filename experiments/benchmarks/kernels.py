@@ -24,6 +24,7 @@ import numpy as np
 
 from attention_jax import benchmarking as bm
 from experiments.benchmarks import kernel_impls
+from experiments.benchmarks import resume
 from experiments.benchmarks import timing
 from experiments.benchmarks.kernel_impls import Case, Kernel
 from experiments.benchmarks.settings import Settings
@@ -151,23 +152,30 @@ def _checked(impl: str, case: Case, settings: Settings, inputs, params, referenc
   return ({**fields, **extra} if call is not None else fields), call, first
 
 
-def run(settings: Settings, write: Callable[[dict], None]) -> None:
-  """Per case: compile and verify every implementation, then time them interleaved.
+def run(settings: Settings, write: Callable[[dict], None],
+        progress: resume.Progress | None = None) -> None:
+  """Per case: compile and verify every implementation not measured yet
+  (`progress.pending`, `resume.Progress`), then time them interleaved.
 
   Interleaving (one call of each implementation per round, the order rotating)
   spreads any load from other processes over all of them alike, so their
   ratios stay fair on a shared machine.
   """
+  progress = progress or resume.Progress((), {})
   limit = timing.memory_limit_bytes(settings.memory_limit_gb)
   device_kind = jax.devices()[0].device_kind
   for case in cases(settings):
     peak = settings.peak_tflops or bm.dense_peak_tflops(device_kind, case.dtype)
-    base = {"suite": "kernels", **dataclasses.asdict(case), "flops": case.flops}
+    base = {"suite": "kernels", **dataclasses.asdict(case), "flops": case.flops,
+            "library_implementation": settings.library_implementation}
+    impls = progress.pending(base, settings.impls)
+    if not impls:
+      continue
     inputs = kernel_impls.inputs(case, settings.seed)  # q, k, v, cot: [B, H, T, D]
     params = kernel_impls.score_params(case.head_dim, case.dtype, settings.seed)
     references = {}  # score -> (case, inputs, reference outputs) or why there is none
     ready = {}  # impl -> (row, call, first call seconds)
-    for impl in settings.impls:
+    for impl in impls:
       fields, call, first = _checked(impl, case, settings, inputs, params, references, limit)
       row = {**base, "impl": impl, **fields}
       if call is None:

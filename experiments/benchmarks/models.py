@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_jax import benchmarking as bm
+from experiments.benchmarks import resume
 from experiments.benchmarks import timing
 from experiments.benchmarks.settings import Settings
 
@@ -67,8 +68,14 @@ def _status(losses) -> str:
   return "ok" if np.all(np.isfinite(losses)) else "refused"
 
 
-def run(settings: Settings, write: Callable[[dict], None]) -> None:
-  """Training tokens/s of each model; N seeds vmapped in one program vs N sequential runs."""
+def run(settings: Settings, write: Callable[[dict], None],
+        progress: resume.Progress | None = None) -> None:
+  """Training tokens/s of each model; N seeds vmapped in one program vs N sequential runs.
+
+  A model is measured unless `progress.pending` has all three of its rows
+  (the three are timed together, so a model with any missing is measured
+  again and only the missing rows are kept)."""
+  progress = progress or resume.Progress((), {})
   from flax import nnx  # pylint: disable=g-import-not-at-top
   import optax  # pylint: disable=g-import-not-at-top
   from attention_jax import models  # pylint: disable=g-import-not-at-top
@@ -85,6 +92,10 @@ def run(settings: Settings, write: Callable[[dict], None]) -> None:
   optimizer = optax.adam(1e-4)
   repeats = max(3, settings.repeats // 2)
   for name in settings.models:
+    case = {"suite": "models", "model": name, "size": settings.model_size, "batch": b,
+            "seq_len": t}
+    if not progress.pending(case, ("1 seed", f"{n} seeds sequential", f"{n} seeds vmapped")):
+      continue
     cls, config = configs[name]
     # N models with stacked parameters; member 0 is the single model (the
     # contract of create_ensemble: member i equals cls(config, rngs=Rngs(seed i))).

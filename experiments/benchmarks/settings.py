@@ -181,4 +181,23 @@ PRESETS: dict[str, Settings] = {
                     additive_seq_lens=(32, 64, 128, 256, 512, 1024),
                     additive_time_max_len=1024, additive_max_len=1024, model_batch=128,
                     model_seq_len=64, model_seeds=4, model_size="base"),
+    # The first GPU session's three targets in one device command (<= 7 minutes,
+    # `gpu` above is 256 cases x 9 implementations, ~30): scaled_dot bf16 D = 128
+    # forward+backward through the library (`auto`: cuDNN), jax.nn's XLA and
+    # cuDNN kernels at T = 1k, 4k, 16k, causal or not (6 cases, 18 programs
+    # plus the float32 references), then Britz-base and Transformer-base
+    # tokens/s with 4 seeds vmapped vs one (6 programs). Not yet timed on a GPU:
+    # the 7 minutes assume <= 5 s per attention program (compile, check, 20
+    # repeats within `time_budget_s`) and <= 60 s per model program (compile and
+    # timing), i.e. ~2 + ~5 minutes; run it with --max_minutes so that a
+    # slower machine stops between cases and the next call continues.
+    "gpu_headline": Settings(suite=("kernels", "models"),
+                             impls=("scaled_dot", "jax_xla", "jax_cudnn"),
+                             seq_lens=(1024, 4096, 16384), head_dims=(128,), heads=(16,),
+                             batch=(4,), causal=(False, True), dtypes=("bfloat16",),
+                             modes=("fwd_bwd",), repeats=20, warmup=3, time_budget_s=10.0,
+                             additive_batch=32, additive_dim=1024, additive_seq_lens=(256,),
+                             additive_time_max_len=256, additive_max_len=1024,
+                             model_batch=128, model_seq_len=64, model_seeds=4,
+                             model_size="base"),
 }

@@ -196,8 +196,9 @@ def test_bad_flags_fail_with_one_line(tmp_path, flag, needle):
 
 
 def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
-  """Issue 12: benchmark.jsonl only grows; every row names its run."""
-  args = TINY + ["--impls=scaled_dot,naive", "--suite=kernels"]
+  """benchmark.jsonl only grows; every row names its run (measured again with
+  --noresume: resuming is tests/experiments/test_benchmark_resume.py)."""
+  args = TINY + ["--impls=scaled_dot,naive", "--suite=kernels", "--noresume"]
   first = _run(args, tmp_path)
   assert first.returncode == 0, first.stderr[-3000:]
   before = _rows(tmp_path)
@@ -210,11 +211,11 @@ def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
       from experiments import benchmark
       from experiments.benchmarks import kernels
       real = kernels.run
-      def dies_midway(settings, write):
+      def dies_midway(settings, write, progress=None):
         def once(row):
           write(row)
           raise OSError(28, "No space left on device", "benchmark.jsonl")
-        real(settings, once)
+        real(settings, once, progress)
       kernels.run = dies_midway
       app.run(benchmark.main)
       """

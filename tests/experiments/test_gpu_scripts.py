@@ -9,10 +9,13 @@ it would there. Each stage then runs at toy size through `gpu_run.sh --toy`.
 
 import importlib.metadata as md
 import importlib.util
+import json
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
+import time
 
 import pytest
 
@@ -48,7 +51,7 @@ def test_requirements_are_the_closure_of_what_the_image_lacks():
 
 
 @pytest.mark.parametrize("args,needle", [
-    (["deploy", "OUT"], "STAGE must be check, bench or sweep"),
+    (["deploy", "OUT"], "STAGE must be check, bench, calibrate or sweep"),
     (["check"], "usage:"),
     (["check", "OUT", "--suite=x"], "unexpected argument '--suite=x'"),
     (["check", "OUT"], "no bundle at"),
@@ -88,17 +91,35 @@ def _image_without(carried, farm):
         os.symlink(src, dst)
 
 
+# What each stage brings back through the device's $OUT (at most 8 files).
+STAGE_FILES = {
+    "check": ["check.log", "check.xml", "device.txt", "run.log"],
+    "bench": ["benchmark.jsonl", "benchmark.md", "device.txt", "plots.tar.gz", "run.log"],
+    "calibrate": ["calibration.json", "calibration.md", "device.txt", "run.log"],
+    "sweep": ["ablation.png", "device.txt", "plots.tar.gz", "results.jsonl", "run.log",
+              "sweep_state.tar.gz", "table.md"],
+}
+
+
 @pytest.mark.slow
-def test_bundle_installs_offline_and_every_stage_runs_at_toy_size(tmp_path):
+@pytest.mark.timeout(3600)  # the bundle and seven stages: ~25 minutes on a shared 2-core CPU
+def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp_path):
+  """The dry run of docs/gpu_tpu.md's GPU session: the same calls in the same
+  order, at toy size, on a stand-in for the GPU image, each under its stage
+  limit, bringing back every file the real session would; what a call brings
+  back is carried into the next as runs/gpu_state would be."""
   bundle = tmp_path / "bundle"
   pyver = f"{sys.version_info.major}.{sys.version_info.minor}"
   env = {**os.environ, "PYTHON": sys.executable, "GPU_PYTHON_VERSION": pyver,
          "VOCAB_SIZES": "8000"}
   p = subprocess.run(["bash", "scripts/gpu_bundle.sh", str(bundle)], cwd=ROOT,
-                     capture_output=True, text=True, env=env, timeout=1200)
+                     capture_output=True, text=True, env=env, timeout=1800)
   assert p.returncode == 0, p.stderr[-3000:]
-  size_mib = int(p.stdout.strip().splitlines()[-1].split(", ")[1].split()[0])
-  assert 0 < size_mib <= 60
+  last = p.stdout.strip().splitlines()
+  size_mib = int(last[-1].split(", ")[1].split()[0])
+  tree, total = last[-2].split(" + ")[0], last[-2].split("<= ")[1]
+  assert 0 < size_mib and total == "64 MiB per device call", last[-2:]
+  assert int(tree.split()[-2]) + size_mib + 8 <= 64  # the tree, the bundle, the state reserve
   carried = [line.split("==")[0] for line in (bundle / "requirements.txt").read_text().split()]
   assert "tensorflow-datasets" in carried
 
@@ -107,35 +128,243 @@ def test_bundle_installs_offline_and_every_stage_runs_at_toy_size(tmp_path):
   python = tmp_path / "python"
   python.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
   python.chmod(0o755)
+  state = tmp_path / "state"  # runs/gpu_state of the documented session
   image_env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
   image_env.update(PYTHONPATH=str(farm), PYTHON=str(python), GPU_BUNDLE=str(bundle),
-                   ATTENTION_JAX_CACHE=str(tmp_path / "empty_cache"))
+                   ATTENTION_JAX_CACHE=str(tmp_path / "empty_cache"),
+                   GPU_RUNS=str(tmp_path / "machine1"), GPU_STATE=str(state))
   # The stand-in image really lacks what the bundle carries.
   p = subprocess.run([str(python), "-c", "import tensorflow_datasets"], env=image_env,
                      capture_output=True, text=True)
   assert p.returncode != 0 and "tensorflow_datasets" in p.stderr
 
-  def stage(name):
-    out = tmp_path / f"out_{name}"
+  def stage(name, tag, ok=(0,), **env):
+    out = tmp_path / f"out_{tag}"
+    start = time.monotonic()
     p = subprocess.run(["bash", "scripts/gpu_run.sh", "--toy", name, str(out)], cwd=ROOT,
-                       capture_output=True, text=True, env=image_env, timeout=1200)
-    assert p.returncode == 0, (name, p.stdout[-3000:], p.stderr[-3000:])
-    files = sorted(os.listdir(out))
-    assert len(files) <= 8 and all(os.path.isfile(out / f) for f in files)
+                       capture_output=True, text=True, env={**image_env, **env}, timeout=1200)
+    assert p.returncode in ok, (name, p.stdout[-3000:], p.stderr[-3000:])
+    assert time.monotonic() - start < 8 * 60 + 90  # the stage limit, set-up and collection
+    assert sorted(os.listdir(out)) == STAGE_FILES[name]  # <= 8 plain files, as documented
     assert "backend cpu" in (out / "device.txt").read_text()
-    return out, p.stdout
+    assert "versions: jax " in (out / "device.txt").read_text()
+    return out, p.stdout, p.returncode
 
-  out, stdout = stage("check")
+  out, stdout, _ = stage("check", "check")
   assert "skipped" in stdout and "failed" not in stdout
-  out, _ = stage("bench")
-  assert (out / "benchmark.jsonl").stat().st_size > 0 and (out / "benchmark.md").exists()
+  out, _, _ = stage("bench", "bench")
+  rows = (out / "benchmark.jsonl").read_text().splitlines()
+  assert rows and (out / "benchmark.md").exists()
   with tarfile.open(out / "plots.tar.gz") as t:
     assert any(n.endswith(".png") for n in t.getnames())
-  out, _ = stage("sweep")
-  rows = (out / "results.jsonl").read_text().splitlines()
-  assert len(rows) == 2 * 2 * 2  # arms x dims x seeds
+  # A second bench call (the same machine) finds every case measured.
+  out, stdout, _ = stage("bench", "bench2")
+  assert "appended 0 rows" in stdout and len((out / "benchmark.jsonl").read_text().splitlines()) == len(rows)
+  out, _, _ = stage("calibrate", "calibrate")
+  plan = json.loads((out / "calibration.json").read_text())["plan"]
+  assert plan["fits"] and plan["flags"] == ["--steps=6", "--eval_every=3", "--dims=8,16"]
+  state.mkdir()
+  shutil.copy(out / "calibration.json", state)
+  # Sweep pieces as documented: each on a fresh machine (the worst case), the
+  # state brought back carried into the next, until a call ends complete. A
+  # loaded 2-core CPU compiles the toy cells for minutes, so a piece may end at
+  # its limit (killed: 124 / 137) with its finished cells kept.
+  finished = 0
+  for piece in range(1, 4):
+    out, stdout, rc = stage("sweep", f"sweep{piece}", ok=(0, 124, 137),
+                            GPU_RUNS=str(tmp_path / f"machine_sweep{piece}"))
+    assert "plan from" in stdout
+    rows = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
+    assert len(rows) >= finished  # nothing finished is lost
+    assert stdout.count("finished earlier; skipped") == finished // 2
+    finished = len(rows)
+    shutil.copy(out / "sweep_state.tar.gz", state)
+    if rc == 0:
+      break
+  assert rc == 0 and finished == 2 * 2 * 2  # arms x dims x seeds
   assert "perplexity" in (out / "table.md").read_text().lower()
-  # the same command again finds every run finished and trains nothing
-  out, stdout = stage("sweep")
+  # One more fresh machine with the state carried back: every cell finished, nothing trained.
+  out, stdout, _ = stage("sweep", "sweep_fresh", GPU_RUNS=str(tmp_path / "machine_last"))
   assert len((out / "results.jsonl").read_text().splitlines()) == 8
-  assert "step 3/" not in stdout
+  assert "step 3/" not in stdout and stdout.count("finished earlier; skipped") == 4
+
+
+# --- gpu_run.sh's stage limit, collection and state, with a stand-in Python ---
+
+# Answers each command gpu_run.sh gives the image's Python: the stage commands
+# write what the real ones would write first, then hang until the stage limit
+# kills them; anything else goes to this environment's Python.
+FAKE_PYTHON = r"""#!/bin/bash
+wd=""
+for a in "$@"; do case "$a" in --workdir=*) wd="${a#--workdir=}" ;; esac; done
+case "$*" in
+  "-m pip install"*) exit 0 ;;
+  *gpu_versions.py*) echo "versions: stand-in"; exit 0 ;;
+  "-") cat > /dev/null; echo "backend cpu (stand-in)"; exit 0 ;;
+  *"-m experiments.benchmark"*--report_only*) echo "# report of the rows on disk" > "$wd/benchmark.md"; exit 0 ;;
+  *"-m experiments.benchmark"*)
+    echo "args: $*"
+    echo '{"suite": "kernels", "impl": "scaled_dot", "status": "ok"}' >> "$wd/benchmark.jsonl"
+    echo png > "$wd/kernels_fwd.png"
+    exec sleep 60 ;;
+  *"-m experiments.ablation"*)
+    echo "args: $*"
+    [ -f "$wd/runs/additive_d8/result.json" ] && echo "found the finished cell"
+    mkdir -p "$wd/runs/additive_d8/checkpoints"
+    echo '[{"arm": "additive"}]' > "$wd/runs/additive_d8/result.json"
+    echo "weights" > "$wd/runs/additive_d8/checkpoints/state.bin"
+    echo '{"arm": "additive"}' > "$wd/results.jsonl"
+    echo "| table |" > "$wd/table.md"
+    echo png > "$wd/ablation.png"; echo png > "$wd/validation.png"
+    exec sleep 60 ;;
+  *) exec "$REAL_PYTHON" "$@" ;;
+esac
+"""
+
+
+def _stand_in(tmp_path, **env):
+  bundle = tmp_path / "bundle"
+  (bundle / "wheels").mkdir(parents=True)
+  (bundle / "wheels" / "stand_in-0-py3-none-any.whl").write_text("not a wheel")
+  subprocess.run("sha256sum wheels/* > SHA256SUMS", shell=True, cwd=bundle, check=True)
+  python = tmp_path / "python"
+  python.write_text(FAKE_PYTHON)
+  python.chmod(0o755)
+  return {**os.environ, "PYTHON": str(python), "REAL_PYTHON": sys.executable,
+          "GPU_BUNDLE": str(bundle), "GPU_RUNS": str(tmp_path / "runs"),
+          "GPU_STATE": str(tmp_path / "state"), "STAGE_MINUTES": "0.05", **env}
+
+
+def _stage(env, stage, out):
+  start = time.monotonic()
+  p = subprocess.run(["bash", "scripts/gpu_run.sh", stage, str(out)], cwd=ROOT,
+                     capture_output=True, text=True, env=env, timeout=120)
+  return p, time.monotonic() - start
+
+
+def test_a_bench_stage_killed_by_its_limit_still_brings_back_its_files(tmp_path):
+  env = _stand_in(tmp_path)
+  p, seconds = _stage(env, "bench", tmp_path / "out")
+  assert p.returncode == 124, (p.stdout, p.stderr)  # timeout's status: killed at the limit
+  assert seconds < 30  # the 60-second hang was cut at 3 s
+  out = tmp_path / "out"
+  assert sorted(os.listdir(out)) == ["benchmark.jsonl", "benchmark.md", "device.txt",
+                                     "plots.tar.gz", "run.log"]
+  assert '"impl": "scaled_dot"' in (out / "benchmark.jsonl").read_text()  # the partial rows
+  assert "report of the rows on disk" in (out / "benchmark.md").read_text()
+  with tarfile.open(out / "plots.tar.gz") as t:
+    assert [os.path.basename(n) for n in t.getnames()] == ["kernels_fwd.png"]
+  log = (out / "run.log").read_text()
+  assert "stopped by its limit of 0.05 minutes" in log and "--max_minutes=6.5" in log
+  assert "--preset=gpu_headline" in log
+
+
+def test_a_fresh_machine_resumes_the_benchmark_from_the_rows_carried_back(tmp_path):
+  env = _stand_in(tmp_path)
+  (tmp_path / "state").mkdir()
+  (tmp_path / "state" / "benchmark.jsonl").write_text('{"impl": "earlier"}\n')
+  p, _ = _stage(env, "bench", tmp_path / "out")
+  assert p.returncode == 124
+  rows = (tmp_path / "out" / "benchmark.jsonl").read_text().splitlines()
+  assert rows[0] == '{"impl": "earlier"}' and len(rows) == 2
+
+
+def test_a_killed_sweep_piece_returns_its_state_and_a_fresh_machine_resumes_from_it(tmp_path):
+  env = _stand_in(tmp_path)
+  p, _ = _stage(env, "sweep", tmp_path / "out1")
+  assert p.returncode == 124, p.stderr
+  out = tmp_path / "out1"
+  assert sorted(os.listdir(out)) == ["ablation.png", "device.txt", "plots.tar.gz",
+                                     "results.jsonl", "run.log", "sweep_state.tar.gz",
+                                     "table.md"]
+  with tarfile.open(out / "plots.tar.gz") as t:
+    assert [os.path.basename(n) for n in t.getnames()] == ["validation.png"]
+  with tarfile.open(out / "sweep_state.tar.gz") as t:
+    names = t.getnames()
+  assert "./runs/additive_d8/result.json" in names
+  assert not any("checkpoints" in n for n in names)  # the weights stay behind
+  assert "found the finished cell" not in (out / "run.log").read_text()
+  # Another machine: nothing under GPU_RUNS, the state and a calibration carried back.
+  state = tmp_path / "state"
+  state.mkdir()
+  shutil.copy(out / "sweep_state.tar.gz", state)
+  (state / "calibration.json").write_text(json.dumps({"plan": {
+      "fits": True, "steps": 1500, "dims": [128, 1024],
+      "flags": ["--steps=1500", "--eval_every=500", "--dims=128,1024"]}}))
+  p, _ = _stage({**env, "GPU_RUNS": str(tmp_path / "runs2")}, "sweep", tmp_path / "out2")
+  assert p.returncode == 124
+  log = (tmp_path / "out2" / "run.log").read_text()
+  assert "found the finished cell" in log
+  assert "--max_minutes=7 --steps=1500 --eval_every=500 --dims=128,1024" in log
+  # A plan that does not fit stops the call before any work, with one line.
+  (state / "calibration.json").write_text(json.dumps({"plan": {
+      "fits": False, "steps": 0, "dims": [128, 1024], "flags": []}}))
+  p, _ = _stage(env, "sweep", tmp_path / "out3")
+  assert p.returncode == 2 and p.stderr.count("\n") == 1 and "does not fit" in p.stderr
+  assert not (tmp_path / "out3" / "run.log").exists()
+
+
+@pytest.mark.parametrize("name,value", [("STAGE_MINUTES", "0"), ("BENCH_MINUTES", "soon"),
+                                        ("SWEEP_MINUTES", "-1")])
+def test_gpu_run_rejects_bad_minutes_with_one_line(tmp_path, name, value):
+  env = _stand_in(tmp_path, **{name: value})
+  p, _ = _stage(env, "bench", tmp_path / "out")
+  assert p.returncode == 2 and p.stderr.count("\n") == 1 and name in p.stderr, p.stderr
+  assert not (tmp_path / "out").exists()
+
+
+# --- scripts/gpu_versions.py: the image's versions against the bundle's needs ---
+
+def _versions_module():
+  spec = importlib.util.spec_from_file_location(
+      "gpu_versions", os.path.join(ROOT, "scripts", "gpu_versions.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+def _fake_site(site, name, requires):
+  info = site / f"{name.replace('-', '_')}-1.0.dist-info"
+  info.mkdir(parents=True)
+  (info / "METADATA").write_text("Metadata-Version: 2.1\nName: " + name + "\nVersion: 1.0\n" +
+                                 "".join(f"Requires-Dist: {r}\n" for r in requires))
+  return site
+
+
+def test_versions_pass_for_this_environment_and_print_one_line(tmp_path):
+  p = subprocess.run([sys.executable, "scripts/gpu_versions.py", str(tmp_path),
+                      "pyproject.toml"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 0, p.stderr
+  line, = p.stdout.splitlines()
+  assert line.startswith("versions: jax ") and f"flax {md.version('flax')}" in line
+  assert f"protobuf {md.version('protobuf')}" in line and "orbax-checkpoint" in line
+
+
+def test_versions_name_every_requirement_the_image_breaks_in_one_line(tmp_path):
+  site = _fake_site(tmp_path / "site", "carried-thing", ["optax>=99", "flax<0.1",
+                                                         "no-such-dist-xyz>=1"])
+  p = subprocess.run([sys.executable, "scripts/gpu_versions.py", str(site), "pyproject.toml"],
+                     cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert p.returncode == 2 and p.stdout == ""
+  assert p.stderr.count("\n") == 1 and p.stderr.startswith("error: ")
+  for needle in (f"the image has optax {md.version('optax')}, carried-thing 1.0 (carried) "
+                 "needs optax>=99", "needs flax<0.1", "no-such-dist-xyz is missing"):
+    assert needle in p.stderr, p.stderr
+
+
+def test_versions_refuse_an_old_protobuf_for_the_carried_tensorflow_metadata(monkeypatch):
+  versions = _versions_module()
+  monkeypatch.setattr(versions, "installed", lambda name, path=None: "5.29.4")
+  problems = versions.undeclared({"tensorflow-metadata"})
+  assert len(problems) == 1 and "protobuf 5.29.4" in problems[0] and ">=6.31" in problems[0]
+  assert versions.undeclared({"something-else"}) == []  # not carried: the image's own pair
+  monkeypatch.setattr(versions, "installed", lambda name, path=None: "6.31.1")
+  assert versions.undeclared({"tensorflow-metadata"}) == []
+
+
+@pytest.mark.parametrize("args,needle", [([], "usage"), (["/nonexistent", "pyproject.toml"],
+                                                          "SITE '/nonexistent' is not a folder")])
+def test_versions_reject_bad_arguments_with_one_line(args, needle):
+  p = subprocess.run([sys.executable, "scripts/gpu_versions.py", *args], cwd=ROOT,
+                     capture_output=True, text=True, timeout=300)
+  assert p.returncode == 2 and needle in p.stderr and p.stderr.count("\n") == 1

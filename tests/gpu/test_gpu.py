@@ -79,6 +79,33 @@ def test_fused_paths_equal_plain(implementation, dtype, d, mask_name):
     np.testing.assert_allclose(g, w, atol=ATOL[dtype] * np.abs(w).max(), err_msg=name)
 
 
+@pytest.mark.parametrize("structure", ["causal", "key_lengths", "both"])
+@pytest.mark.parametrize("implementation", ["cudnn", "auto"])
+def test_causal_and_lengths_reach_cudnn_and_equal_the_dense_mask(implementation, structure):
+  q, k, v = _qkv(jnp.bfloat16, 128)
+  causal = structure in ("causal", "both")
+  k_len = jnp.array([T, T // 3], jnp.int32) if structure != "causal" else None
+  dense = aj.attention.__globals__["structured_mask"](T, T, causal=causal, key_lengths=k_len)
+
+  def loss(q, k, v, **kw):
+    out = aj.attention(q, k, v, score="scaled_dot", **kw)
+    return jnp.sum(out.astype(jnp.float32) ** 2), out
+
+  grad = lambda **kw: jax.jit(jax.value_and_grad(
+      lambda q, k, v: loss(q, k, v, **kw), argnums=(0, 1, 2), has_aux=True))
+  (_, out), grads = grad(causal=causal, key_lengths=k_len, implementation=implementation)(q, k, v)
+  (_, want), want_grads = grad(mask=dense, implementation="plain")(q, k, v)
+  np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32),
+                             atol=ATOL[jnp.bfloat16])
+  for g, w in zip(grads, want_grads):
+    g, w = np.asarray(g, np.float32), np.asarray(w, np.float32)
+    np.testing.assert_allclose(g, w, atol=ATOL[jnp.bfloat16] * np.abs(w).max())
+  fn = jax.jit(lambda q, k, v: aj.attention(q, k, v, causal=causal, key_lengths=k_len,
+                                            implementation=implementation))
+  hlo = fn.lower(q, k, v).compile().as_text().lower()
+  assert "cudnn" in hlo and "fmha" in hlo  # the fused kernel, no dense bias
+
+
 @pytest.mark.parametrize("d", [64, 128])
 def test_auto_lowers_to_cudnn_flash_attention_without_mask(d):
   q, k, v = _qkv(jnp.bfloat16, d)

@@ -317,3 +317,36 @@ def test_transformer_diagnostics_cover_every_layer_and_kind():
     for i in range(n):
       assert np.all((0 < stats[f"entropy_{kind}_l{i}"]) & (stats[f"entropy_{kind}_l{i}"] <= 1))
       assert np.all((0 <= stats[f"saturated_{kind}_l{i}"]) & (stats[f"saturated_{kind}_l{i}"] <= 1))
+
+
+@pytest.mark.slow
+def test_a_piece_stops_before_a_final_evaluation_that_would_pass_its_deadline(tmp_path,
+                                                                            monkeypatch):
+  """A sweep piece must never pass its minutes because of the final test decode:
+  when the estimate says it would, the run stops with its last checkpoint saved,
+  and the next piece only evaluates (no step trained again)."""
+  cfg = _cfg(steps=4, eval_every=2, diag_every=2, checkpoint_every=2, log_every=2,
+             eval_examples=8, test_examples=8, seeds=1)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  asked = []
+
+  def long_evaluation(*args):
+    asked.append(args)
+    return 1e6  # seconds: far beyond any deadline below
+
+  monkeypatch.setattr(train_lib, "final_evaluation_seconds", long_evaluation)
+  deadline = __import__("time").time() + 3600
+  lines = []
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0,))
+  assert trainer.run(str(tmp_path), log=lines.append, deadline=deadline) is None
+  assert asked and asked[0][0] > 0  # estimated from a timed validation
+  assert asked[0][1:] == (8, cfg.val_beam_size or cfg.beam_size, 8, cfg.beam_size)
+  assert any("would pass the time budget" in line for line in lines)
+  # The next piece: resumed at the last step, evaluated without training.
+  lines = []
+  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0,))
+  result = trainer.run(str(tmp_path), log=lines.append, deadline=deadline)
+  assert result is not None and result.rows[0]["steps"] == 4
+  assert result.rows[0]["test_bleu"] is not None
+  assert any("resumed at step 4" in line for line in lines)
+  assert not any("loss" in line and "step 4/4" in line for line in lines)

@@ -1,0 +1,272 @@
+r"""Calibrates a sweep before it runs: measured step and evaluation times -> its --steps.
+
+    python -m experiments.benchmarks.calibration --preset=gpu --workdir=runs/gpu_plan
+
+A device command lasts at most 10 minutes and a machine may be given back
+between two commands, so the `gpu` sweep is planned to finish in a few pieces
+of whole (arm, dim) cells. This measures, for a few cells (`--cells`, default
+the first arm at the largest dimension and the last arm at the smallest), with
+the sweep's own trainer, seeds and dtype:
+
+  - the first training step (compilation) and the median of the next
+    `--calibration_steps` steps;
+  - one validation (greedy BLEU on the validation sentences and the
+    perplexity), first call (compiling the decoder) and second;
+  - the test decode at the final beam on one batch, first and second call.
+
+`plan` then sizes the sweep from the slowest measured cell (every cell is
+taken to cost that much): each of `--pieces` pieces of `--piece_minutes`
+(times `SAFETY`) holds ceil(cells / pieces) whole cells; a cell is its fixed
+time (compilations, the final test decode, the final perplexity) plus steps
+times (step + validations spread over the steps); steps are rounded down to
+a multiple of the checkpoint interval and capped at the preset's --steps. Where that leaves fewer than
+`--min_steps`, the plan drops dimensions (keeping the smallest and the
+largest) until it fits, and says so. Writes `calibration.json` (the
+measurements, the plan and the flags the sweep takes from it) and
+`calibration.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+from absl import app
+from absl import flags
+import numpy as np
+
+from experiments import common
+
+# The share of a piece's minutes the plan fills: a cell's time on the device is
+# not known to better than this before the first sweep has run there.
+SAFETY = 0.8
+
+flags.DEFINE_string("cells", None, "Comma-separated ARM:DIM cells to measure (default: the "
+                    "first arm at the largest dimension, the last arm at the smallest).")
+flags.DEFINE_integer("calibration_steps", 20, "Timed training steps per cell after the first.")
+flags.DEFINE_integer("pieces", 3, "Sweep pieces (device commands) the plan may take.")
+flags.DEFINE_float("piece_minutes", 7.0, "Minutes of one piece (--max_minutes of the sweep).")
+flags.DEFINE_integer("min_steps", 1000, "Fewest training steps worth a sweep: below, the plan "
+                     "drops dimensions.")
+flags.DEFINE_string("arms", None, "Comma-separated arms of the sweep (default from the preset).")
+flags.DEFINE_string("dims", None, "Comma-separated dimensions of the sweep (default from the "
+                    "preset).")
+common.define_flags()
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass(frozen=True)
+class CellTimes:
+  """Seconds measured for one (arm, dim) cell of the sweep (all seeds together)."""
+  arm: str
+  dim: int
+  build_s: float  # model and optimiser state created
+  first_step_s: float  # compilation and one step
+  step_s: float  # median of the timed steps
+  first_validation_s: float  # greedy BLEU + perplexity, compiling
+  validation_s: float  # the same again, compiled
+  first_test_batch_s: float  # one batch at the final beam, compiling
+  test_batch_s: float  # the same again
+  test_batch_sentences: int
+
+
+def parse_cells(text: str) -> tuple[tuple[str, int], ...]:
+  """`"additive:1024,multiplicative:128"` -> ((arm, dim), ...); ValueError naming --cells."""
+  cells = []
+  for item in (part.strip() for part in text.split(",")):
+    if not item:
+      continue
+    arm, _, dim = item.partition(":")
+    if not arm or not dim.isdigit() or int(dim) < 1:
+      raise ValueError(f"`--cells` items must look like ARM:DIM (e.g. additive:1024), "
+                       f"got {item!r}.")
+    cells.append((arm, int(dim)))
+  if not cells:
+    raise ValueError("`--cells` is empty.")
+  return tuple(cells)
+
+
+def default_cells(arms: tuple[str, ...], dims: tuple[int, ...]) -> tuple[tuple[str, int], ...]:
+  """The first arm at the largest dimension and the last arm at the smallest."""
+  first, last = (arms[0], max(dims)), (arms[-1], min(dims))
+  return (first,) if first == last else (first, last)
+
+
+def cell_seconds(times: CellTimes, steps: int, *, eval_every: int, test_sentences: int) -> float:
+  """Predicted seconds of one cell trained for `steps` and evaluated as the sweep does."""
+  validations = max(1, steps // eval_every)
+  test_batches = math.ceil(test_sentences / max(times.test_batch_sentences, 1))
+  compile_s = ((times.first_step_s - times.step_s)
+               + (times.first_validation_s - times.validation_s)
+               + (times.first_test_batch_s - times.test_batch_s))
+  return (times.build_s + max(compile_s, 0.0) + steps * times.step_s
+          + validations * times.validation_s
+          + test_batches * times.test_batch_s + times.validation_s)  # + the final perplexity
+
+
+def steps_that_fit(times: CellTimes, cell_budget_s: float, *, eval_every: int,
+                   test_sentences: int, multiple: int) -> int:
+  """The most steps (a multiple of `multiple`) whose cell fits in `cell_budget_s`; 0 if none."""
+  fixed = cell_seconds(times, 0, eval_every=eval_every, test_sentences=test_sentences)
+  per_step = times.step_s + times.validation_s / eval_every
+  if per_step <= 0 or cell_budget_s <= fixed:
+    return 0
+  return int((cell_budget_s - fixed) / per_step) // multiple * multiple
+
+
+def plan(measured: list[CellTimes], *, arms: tuple[str, ...], dims: tuple[int, ...],
+         pieces: int, piece_minutes: float, eval_every: int, checkpoint_every: int,
+         test_sentences: int, min_steps: int, max_steps: int) -> dict[str, Any]:
+  """The sweep's steps and dimensions from the slowest measured cell (module docstring).
+
+  Steps never exceed `max_steps` (the preset's own length).
+  Returns a dict with `steps`, `dims`, `eval_every`, `cells_per_piece`,
+  `predicted_cell_s`, `fits` (False: even the two extreme dimensions leave
+  fewer than `min_steps`) and `flags` (for the sweep's command line).
+  """
+  if not measured:
+    raise ValueError("no cell was measured.")
+  if pieces < 1 or piece_minutes <= 0:
+    raise ValueError(f"`--pieces` must be >= 1 and `--piece_minutes` > 0, got {pieces}, "
+                     f"{piece_minutes}.")
+  slowest = max(measured, key=lambda t: cell_seconds(t, 1000, eval_every=eval_every,
+                                                     test_sentences=test_sentences))
+  dims = tuple(sorted(dims))
+  candidates = [dims]
+  middle = list(dims[1:-1])
+  while middle:  # drop the middle dimensions, the largest first
+    middle.pop()
+    candidates.append((dims[0], *middle, dims[-1]))
+  result = None
+  for candidate in candidates:
+    cells = len(arms) * len(candidate)
+    per_piece = math.ceil(cells / pieces)
+    budget = SAFETY * 60.0 * piece_minutes / per_piece
+    steps = min(max_steps, steps_that_fit(slowest, budget, eval_every=eval_every,
+                                          test_sentences=test_sentences,
+                                          multiple=checkpoint_every))
+    # Three validations per run (greedy, as the quick preset), at checkpoints.
+    every = max(checkpoint_every, steps // 3 // checkpoint_every * checkpoint_every)
+    steps = min(max_steps, steps_that_fit(slowest, budget, eval_every=every,
+                                          test_sentences=test_sentences,
+                                          multiple=checkpoint_every))
+    result = {"steps": steps, "dims": list(candidate), "eval_every": every,
+              "cells": cells, "cells_per_piece": per_piece, "pieces": pieces,
+              "piece_minutes": piece_minutes, "safety": SAFETY,
+              "slowest_cell": f"{slowest.arm}:{slowest.dim}",
+              "predicted_cell_s": round(cell_seconds(slowest, steps, eval_every=every,
+                                                     test_sentences=test_sentences), 1),
+              "fits": steps >= min_steps}
+    if result["fits"]:
+      break
+  result["flags"] = [f"--steps={result['steps']}", f"--eval_every={result['eval_every']}",
+                     "--dims=" + ",".join(str(d) for d in result["dims"])]
+  return result
+
+
+def _timed(fn: Callable[[], Any]) -> float:
+  start = time.perf_counter()
+  fn()
+  return time.perf_counter() - start
+
+
+def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
+                 log: Callable[[str], None] = print) -> CellTimes:
+  """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`)."""
+  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
+
+  start = time.perf_counter()
+  trainer = train_lib.EnsembleTrainer(cfg, config_lib.Arm.of(arm_name, dim), data,
+                                      tuple(range(cfg.seeds)))
+  build_s = time.perf_counter() - start
+  batches = trainer._train_batches(0)  # pylint: disable=protected-access
+  first_step_s = _timed(lambda: trainer.train_step(next(batches), 0))
+  step_times = [_timed(lambda i=i: trainer.train_step(next(batches), i + 1))
+                for i in range(steps)]
+
+  def validation():
+    trainer.bleu(trainer.params, "validation", cfg.eval_examples, trainer.val_beam_size)
+    trainer.perplexity(trainer.params, "validation")
+
+  first_validation_s, validation_s = _timed(validation), _timed(validation)
+  per_batch = trainer.eval_batch_size(f"beam{cfg.beam_size}", "test")
+  test = lambda: trainer.translate(trainer.params, "test", per_batch, cfg.beam_size)
+  first_test_batch_s, test_batch_s = _timed(test), _timed(test)
+  times = CellTimes(arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
+                    step_s=statistics.median(step_times), first_validation_s=first_validation_s,
+                    validation_s=validation_s, first_test_batch_s=first_test_batch_s,
+                    test_batch_s=test_batch_s, test_batch_sentences=per_batch)
+  log(f"[{arm_name}:{dim}] " + ", ".join(
+      f"{k} {v:.3f}" for k, v in dataclasses.asdict(times).items() if k.endswith("_s")))
+  return times
+
+
+def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -> str:
+  """calibration.md: the measurements and the plan."""
+  lines = [f"# Sweep calibration\n\n{settings}\n",
+           "| cell | build s | first step s | step ms | validation s (first) | "
+           "test batch s (first) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+  for t in measured:
+    lines.append(f"| {t.arm}:{t.dim} | {t.build_s:.1f} | {t.first_step_s:.1f} | "
+                 f"{1000 * t.step_s:.1f} | {t.validation_s:.1f} ({t.first_validation_s:.1f}) "
+                 f"| {t.test_batch_s:.2f} ({t.first_test_batch_s:.1f}) |")
+  verdict = "fits" if result["fits"] else "does NOT fit: fewer steps than --min_steps"
+  lines.append(
+      f"\nPlan ({verdict}): {result['cells']} cells (dims {result['dims']}) in "
+      f"{result['pieces']} pieces of {result['piece_minutes']:g} min x {result['safety']}, "
+      f"{result['cells_per_piece']} cells each; slowest cell {result['slowest_cell']} predicted "
+      f"{result['predicted_cell_s']:.0f} s at {result['steps']} steps (validation every "
+      f"{result['eval_every']}).\n\nSweep flags: `{' '.join(result['flags'])}`\n")
+  return "\n".join(lines)
+
+
+def main(argv):
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {argv[1:]}")
+  from attention_jax.training import checkpoints  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import sweep  # pylint: disable=g-import-not-at-top
+  extra = {}
+  if FLAGS.arms is not None:
+    extra["arms"] = common.parse_list("arms", FLAGS.arms)
+  if FLAGS.dims is not None:
+    extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
+  cfg, _ = common.build_config(extra)
+  try:
+    cells = parse_cells(FLAGS.cells) if FLAGS.cells else default_cells(cfg.arms, cfg.dims)
+    if FLAGS.calibration_steps < 1:
+      raise ValueError(f"`--calibration_steps` must be >= 1, got {FLAGS.calibration_steps}.")
+    if FLAGS.pieces < 1 or not FLAGS.piece_minutes > 0:
+      raise ValueError(f"`--pieces` must be >= 1 and `--piece_minutes` > 0, got "
+                       f"{FLAGS.pieces}, {FLAGS.piece_minutes}.")
+  except ValueError as e:
+    sys.exit(f"error: {e}")
+  os.makedirs(FLAGS.workdir, exist_ok=True)
+  data = sweep.load_data(cfg)
+  measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps)
+              for arm, dim in cells]
+  n_test = len(data.texts("test")[0])
+  test_sentences = min(cfg.test_examples, n_test) if cfg.test_examples else n_test
+  result = plan(measured, arms=cfg.arms, dims=cfg.dims, pieces=FLAGS.pieces,
+                piece_minutes=FLAGS.piece_minutes, eval_every=cfg.eval_every,
+                checkpoint_every=cfg.checkpoint_every, test_sentences=test_sentences,
+                min_steps=FLAGS.min_steps, max_steps=cfg.steps)
+  settings = (f"preset {FLAGS.preset}, {cfg.seeds} seeds vmapped, dtype {cfg.dtype}, batch "
+              f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
+  out = {"measured": [dataclasses.asdict(t) for t in measured], "plan": result,
+         "settings": settings}
+  checkpoints.atomic_write(os.path.join(FLAGS.workdir, "calibration.json"),
+                           json.dumps(out, indent=1))
+  text = markdown(measured, result, settings)
+  checkpoints.atomic_write(os.path.join(FLAGS.workdir, "calibration.md"), text)
+  print(text)
+
+
+if __name__ == "__main__":
+  app.run(main)

@@ -1,0 +1,116 @@
+"""The benchmark resumes: a killed or stopped run is continued by the same
+command, with no measurement twice and none missing (experiments/benchmarks/resume.py)."""
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from experiments.benchmarks import kernels
+from experiments.benchmarks import resume
+from experiments.benchmarks import settings as settings_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MACHINE = {"platform": "cpu", "device_kind": "cpu"}
+# 4 kernel cases (T = 8, 16, 24, 32) x 2 implementations.
+ARGS = ["--preset=tiny", "--suite=kernels", "--impls=scaled_dot,naive", "--seq_lens=8,16,24,32",
+        "--head_dims=8", "--heads=1", "--batch=1", "--causal=false", "--dtypes=float32",
+        "--modes=fwd", "--repeats=3", "--warmup=0"]
+
+
+def _case(t, **kw):
+  return {"suite": "kernels", "mode": "fwd", "dtype": "float32", "batch": 1, "heads": 1,
+          "seq_len": t, "head_dim": 8, "causal": False, "library_implementation": "auto", **kw}
+
+
+def test_pending_names_only_what_this_device_has_not_measured():
+  rows = [{**_case(16), "impl": "naive", "status": "ok", **MACHINE},
+          {**_case(16), "impl": "scaled_dot", "status": "ok", "platform": "gpu",
+           "device_kind": "H100"}]  # another device's row does not count here
+  progress = resume.Progress(rows, MACHINE)
+  assert progress.pending(_case(16), ["scaled_dot", "naive"]) == ["scaled_dot"]
+  assert progress.pending(_case(32), ["scaled_dot", "naive"]) == ["scaled_dot", "naive"]
+  progress.add({**_case(16), "impl": "scaled_dot", "status": "ok", **MACHINE})
+  assert progress.pending(_case(16), ["scaled_dot", "naive"]) == []
+  assert progress.skipped_cases == 1 and progress.missing_count() == 2
+  assert [r["impl"] for r in progress.rows_asked()] == ["scaled_dot", "naive"]
+
+
+def test_max_minutes_stops_between_cases_and_only_when_work_is_left():
+  now = [0.0]
+  progress = resume.Progress([{**_case(8), "impl": "naive", "status": "ok", **MACHINE}],
+                             MACHINE, max_minutes=1.0, clock=lambda: now[0])
+  assert progress.pending(_case(16), ["naive"]) == ["naive"]
+  now[0] = 61.0
+  assert progress.pending(_case(8), ["naive"]) == []  # done already: no time needed
+  with pytest.raises(resume.OutOfTime):
+    progress.pending(_case(24), ["naive"])
+  with pytest.raises(ValueError, match="--max_minutes"):
+    resume.Progress([], MACHINE, max_minutes=0)
+
+
+def test_the_kernel_suite_measures_only_missing_cases_and_stops_when_out_of_time():
+  settings = settings_lib.from_preset("tiny", suite=("kernels",), impls=("scaled_dot",),
+                                      seq_lens=(8, 16, 24), head_dims=(8,), heads=(1,),
+                                      batch=(1,), causal=(False,), modes=("fwd",),
+                                      repeats=3, warmup=0)
+  done = {**_case(8), "impl": "scaled_dot", "status": "ok", **MACHINE}
+  ticks = iter([0.0, 1.0, 1000.0, 1000.0])  # the third case starts after the deadline
+  progress = resume.Progress([done], MACHINE, max_minutes=1.0, clock=lambda: next(ticks))
+  written = []
+  with pytest.raises(resume.OutOfTime):
+    kernels.run(settings, lambda row: written.append(row) or progress.add({**row, **MACHINE}),
+                progress)
+  assert [r["seq_len"] for r in written] == [16]  # T = 8 skipped, T = 24 not started
+  assert written[0]["status"] == "ok" and written[0]["library_implementation"] == "auto"
+
+
+def _rows(workdir):
+  path = os.path.join(workdir, "benchmark.jsonl")
+  return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+def _command(workdir, *extra):
+  return [sys.executable, "-m", "experiments.benchmark", f"--workdir={workdir}", *ARGS, *extra]
+
+
+def test_a_killed_benchmark_is_completed_by_the_same_command_without_duplicates(tmp_path):
+  proc = subprocess.Popen(_command(tmp_path), cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+  deadline = time.monotonic() + 300
+  while len(_rows(tmp_path)) < 2 and proc.poll() is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+  proc.send_signal(signal.SIGKILL)  # no clean-up: as a device command cut at its limit
+  proc.wait()
+  first = _rows(tmp_path)
+  assert 2 <= len(first) < 8, "the kill must come after some rows and before all"
+  again = subprocess.run(_command(tmp_path), cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+  assert again.returncode == 0, again.stderr[-3000:]
+  rows = _rows(tmp_path)
+  keys = collections.Counter((r["seq_len"], r["impl"]) for r in rows)
+  assert set(keys) == {(t, i) for t in (8, 16, 24, 32) for i in ("scaled_dot", "naive")}
+  assert max(keys.values()) == 1  # nothing measured twice
+  assert rows[:len(first)] == first  # the killed run's rows kept as they were
+  assert "cases were there already" in again.stdout
+  # The report holds every case, the killed run's and this one's.
+  table = [line for line in open(tmp_path / "benchmark.md") if line.startswith("| ")]
+  shown = {(line.split("|")[6].strip(), line.split("|")[1].strip()) for line in table[1:]}
+  assert shown == {(str(t), i) for t in (8, 16, 24, 32) for i in ("scaled_dot", "naive")}
+  # Everything there: a third call measures nothing and rewrites the same report.
+  third = subprocess.run(_command(tmp_path), cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+  assert third.returncode == 0 and len(_rows(tmp_path)) == 8
+  assert "appended 0 rows" in third.stdout and "4 cases were there already" in third.stdout
+
+
+def test_max_minutes_flag_is_checked_before_any_work(tmp_path):
+  p = subprocess.run(_command(tmp_path / "w", "--max_minutes=0"), cwd=ROOT,
+                     capture_output=True, text=True, timeout=300)
+  assert p.returncode != 0 and "error: `--max_minutes` must be > 0" in p.stderr
+  assert not (tmp_path / "w").exists()
