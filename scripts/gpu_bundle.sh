@@ -87,6 +87,11 @@ for v in $vocab_sizes; do
   cp "$data_dir"/bible_translate/tokenizers/*-bpe"$v".* "$work/cache/data/bible_translate/tokenizers/"
 done
 
+# The device gets the working tree without .git: the rows it writes name the
+# commit of the tree this bundle was built from (rebuild after committing).
+(cd "$repo" && printf '%s%s\n' "$(git rev-parse HEAD)" \
+   "$(git diff --quiet HEAD -- . 2>/dev/null || echo -dirty)") > "$work/COMMIT"
+
 echo "[3/3] checksums"
 (cd "$work" && find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum \
     > SHA256SUMS)

@@ -85,6 +85,11 @@ trap 'rm -rf "$site"' EXIT
   "$bundle"/wheels/*.whl
 export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 export ATTENTION_JAX_CACHE="$bundle/cache"
+# No .git travels to the device: result rows take the commit recorded when the
+# bundle was built (attention_jax/training/provenance.py reads this variable).
+if [ ! -e "$repo/.git" ] && [ -z "${ATTENTION_JAX_COMMIT:-}" ] && [ -f "$bundle/COMMIT" ]; then
+  export ATTENTION_JAX_COMMIT="$(cat "$bundle/COMMIT")"
+fi
 # Compiled programs survive between calls while the machine stays (GPU_RUNS
 # is kept with it): a resumed sweep piece or benchmark does not
 # compile again what it compiled before.

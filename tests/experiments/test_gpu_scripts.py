@@ -122,6 +122,9 @@ def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp
   assert int(tree.split()[-2]) + size_mib + 8 <= 64  # the tree, the bundle, the state reserve
   carried = [line.split("==")[0] for line in (bundle / "requirements.txt").read_text().split()]
   assert "tensorflow-datasets" in carried
+  head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                        text=True, check=True).stdout.strip()
+  assert (bundle / "COMMIT").read_text().strip() in (head, head + "-dirty")  # rows' commit there
 
   farm = tmp_path / "image"
   _image_without(carried, str(farm))
