@@ -354,7 +354,9 @@ def parse_hlo(text: str) -> tuple[str, dict[str, Computation]]:
       body = _CALLEE["while"].search(line)
       trip = _TRIP.search(line)
       if body:
-        current.whiles.append((body.group(1), int(trip.group(1)) if trip else None))
+        condition = re.search(r"\bcondition=%?([\w.\-]+)", line)
+        current.whiles.append((body.group(1), int(trip.group(1)) if trip else (
+            condition.group(1) if condition else None)))
     elif opcode == "custom-call":
       current.custom_calls.append(line)
     elif opcode == "call":
@@ -368,7 +370,29 @@ def parse_hlo(text: str) -> tuple[str, dict[str, Computation]]:
           current.callees.append((name.strip().lstrip("%"), 1))
   if entry is None:
     raise ValueError("`hlo_text` has no ENTRY computation.")
+  for comp in comps.values():  # a condition's name where XLA gave no trip count
+    comp.whiles = [(body, trip if isinstance(trip, int) or trip is None
+                    else counter_limit(comps[trip].lines) if trip in comps else None)
+                   for body, trip in comp.whiles]
   return entry, comps
+
+
+def counter_limit(condition_lines: Sequence[str]) -> int | None:
+  """N when a loop condition is `counter < N` with N a constant: the trip
+  count of a loop whose counter starts at 0 and steps by 1, as every
+  `lax.scan` / `fori_loop` counter does (the TPU compiler's loops carry no
+  `known_trip_count`, unlike XLA:GPU's). None for any other condition."""
+  constants = {}
+  for line in condition_lines:
+    m = re.match(r"^\s*%?([\w.\-]+) = [su](?:8|16|32|64)\[\]\S* constant\((-?\d+)\)", line)
+    if m:
+      constants[m.group(1)] = int(m.group(2))
+  for line in condition_lines:
+    m = re.match(r"^\s*ROOT %?[\w.\-]+ = pred\[\]\S* compare\(%?([\w.\-]+), "
+                 r"%?([\w.\-]+)\), direction=LT\b", line)
+    if m and m.group(2) in constants and m.group(1) not in constants:
+      return constants[m.group(2)]
+  return None
 
 
 def as_entry(hlo_text: str, name: str) -> str:
@@ -398,7 +422,8 @@ def loop_aware_cost(hlo_text: str, analyse: Callable[[str], Mapping[str, float]]
   (XLA's): a computation's true cost is its analysis, with each of its while
   bodies' analysis replaced by trip count x the body's true cost. A loop
   whose trip count XLA does not know is counted once and reported in
-  `unknown_trip_loops`.
+  `unknown_trip_loops`. (Trip counts: XLA's `known_trip_count`, else
+  `counter_limit` of the loop's condition.)
   """
   entry, comps = parse_hlo(hlo_text)
   analysed: dict[str, Mapping[str, float]] = {}
