@@ -163,6 +163,8 @@ flags.DEFINE_string("programs", ",".join(PROGRAMS),
 flags.DEFINE_string("out", None, "Folder for <target>.jsonl and <target>.md.")
 flags.DEFINE_string("kernel_seq_lens", ",".join(map(str, DEFAULT_KERNEL_SEQ_LENS)),
                     "Kernel program: sequence lengths T.")
+flags.DEFINE_bool("report_only", False, "Rewrite <out>/<target>.md from its jsonl; compile "
+                  "nothing.")
 flags.DEFINE_string("additive_seq_lens", ",".join(map(str, DEFAULT_ADDITIVE_SEQ_LENS)),
                     "Additive program: sequence lengths T.")
 
@@ -516,29 +518,121 @@ def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
   return head + "\n".join(lines) + "\n"
 
 
-def sweep_seconds(rows: Iterable[Mapping[str, Any]], program: str = "gpu_sweep") -> float | None:
-  """Predicted training time of a whole sweep: Σ steps × predicted step time
-  over the compiled rows of `program` (None when one failed or none ran)."""
+def sweep_seconds(rows: Iterable[Mapping[str, Any]], program: str = "gpu_sweep",
+                  key: str = "predicted_s") -> float | None:
+  """Predicted training time of a whole sweep: Σ steps × the rows' `key`
+  (`predicted_s`, or `roofline_s` for the bound without overheads) over the
+  rows of `program` (None when one failed or none ran)."""
   chosen = [r for r in rows if r["program"] == program]
-  if not chosen or any(r.get("predicted_s") is None or not r.get("steps") for r in chosen):
+  if not chosen or any(r.get(key) is None or not r.get("steps") for r in chosen):
     return None
-  return sum(r["steps"] * r["predicted_s"] for r in chosen)
+  return sum(r["steps"] * r[key] for r in chosen)
+
+
+def _count(n) -> str:
+  return "–" if n is None else f"{n:,}"
+
+
+def _compiled(rows, program):
+  return [r for r in rows if r["program"] == program and r.get("status") == "compiled"]
+
+
+def sweep_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per (arm, dim) of the sweep: memory, step time (roofline alone and with
+  overheads) and the time of its steps."""
+  lines = ["| arm | total GB | fits | roofline step | predicted step | kernels / step | "
+           "loop iterations / step | steps | predicted time |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+  for r in _compiled(rows, "gpu_sweep"):
+    lines.append(f"| {r['case']} | {_gb(r.get('total_bytes'))} | "
+                 f"{'yes' if r.get('fits') else '**no**'} | {_seconds(r.get('roofline_s'))} | "
+                 f"{_seconds(r.get('predicted_s'))} | {_count(r.get('kernels'))} | "
+                 f"{_count(r.get('loop_iterations'))} | {_count(r.get('steps'))} | "
+                 f"{_seconds(r.get('predicted_total_s'))} |")
+  return "\n".join(lines) + "\n"
+
+
+def kernel_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per kernel case: memory, predicted time and TFLOP/s by the benchmark's
+  FLOP count (FlashAttention convention), and the fused kernel if any."""
+  lines = ["| case | total GB | fits | predicted | TFLOP/s (benchmark count) | cuDNN |",
+           "|---|---:|---|---:|---:|---|"]
+  for r in rows:
+    if r["program"] != "kernels":
+      continue
+    if r.get("status") != "compiled":
+      lines.append(f"| {r['case']} | error: {str(r.get('error', ''))[:100]} | | | | |")
+      continue
+    tflops = r.get("predicted_tflops")
+    lines.append(f"| {r['case']} | {_gb(r.get('total_bytes'))} | "
+                 f"{'yes' if r.get('fits') else '**no**'} | {_seconds(r.get('predicted_s'))} | "
+                 f"{'–' if tflops is None else f'{tflops:.0f}'} | "
+                 f"{'yes' if r.get('fused_attention') == 'cudnn' else 'no'} |")
+  return "\n".join(lines) + "\n"
+
+
+def additive_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Temporary memory of the chunked and the naive additive score over T."""
+  by_t: dict[int, dict[str, Mapping]] = {}
+  for r in rows:
+    if r["program"] == "additive":
+      by_t.setdefault(r["shapes"]["seq_len"], {})[r["shapes"]["impl"]] = r
+
+  def cell(r):
+    if r is None:
+      return "–"
+    if r.get("status") != "compiled":
+      return "error"
+    return f"{_gb(r['temp_bytes'])}{'' if r.get('fits') else ' (does not fit)'}"
+
+  lines = ["| T | chunked temp GB | naive temp GB | chunked predicted | naive predicted |",
+           "|---:|---:|---:|---:|---:|"]
+  for t in sorted(by_t):
+    c, n = by_t[t].get("additive_chunked"), by_t[t].get("additive_naive")
+    lines.append(f"| {t} | {cell(c)} | {cell(n)} | {_seconds((c or {}).get('predicted_s'))} | "
+                 f"{_seconds((n or {}).get('predicted_s'))} |")
+  return "\n".join(lines) + "\n"
 
 
 def summary(rows: Sequence[Mapping[str, Any]], target: Target) -> str:
-  """The markdown report: the target, the sweep prediction, the table."""
-  sweep = sweep_seconds(rows)
+  """The markdown report: the target, the sweep prediction, a table per
+  program and every row."""
   parts = [f"# Compile check: {target.description}\n",
            f"Device memory {target.memory_bytes / 1e9:.1f} GB (a program fits when arguments + "
            f"outputs + temporaries - aliased ≤ 90% of it); peak {target.peak_flops / 1e12:.0f} "
            f"TFLOP/s bf16, {target.bandwidth / 1e12:.2f} TB/s; overhead per kernel "
            f"{target.kernel_overhead_s * 1e6:g} µs and per loop iteration "
            f"{target.iteration_overhead_s * 1e6:g} µs (assumed).\n"]
+  if rows:
+    first = rows[0]
+    parts.append(f"Compiled on a CPU-only host with {json.dumps(first.get('versions'))}, "
+                 f"commit {first.get('commit')}, {first.get('date')}: "
+                 f"`{first.get('command')}`.\n")
+  sweep = sweep_seconds(rows)
   if sweep is not None:
     parts.append(f"Predicted training time of the `gpu` sweep (every arm and dimension, "
-                 f"training steps only, no evaluation or decoding): **{_seconds(sweep)}**.\n")
-  parts.append(markdown_table(rows))
+                 f"training steps only, no evaluation or decoding): **{_seconds(sweep)}** "
+                 f"(roofline alone, no overheads: {_seconds(sweep_seconds(rows, key='roofline_s'))})."
+                 "\n")
+  for program, title, table in (
+      ("gpu_sweep", "The `gpu` preset's training step (seeds vmapped, widest batch)", sweep_table),
+      ("kernels", "Kernel benchmark headline shapes", kernel_table),
+      ("additive", "Additive score, a = 1024, forward+backward", additive_table)):
+    if any(r["program"] == program for r in rows):
+      parts.append(f"## {title}\n\n{table(rows)}")
+  parts.append(f"## Every program\n\n{markdown_table(rows)}")
   return "\n".join(parts)
+
+
+def report_only(out: str, target: Target) -> str:
+  """Rewrites `<out>/<target>.md` from `<out>/<target>.jsonl`; returns it."""
+  path = os.path.join(out, target.name + ".jsonl")
+  if not os.path.exists(path):
+    raise ValueError(f"`--out` {out} has no {target.name}.jsonl to report.")
+  with open(path, encoding="utf-8") as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  _write(out, target, rows, jsonl=False)
+  return summary(rows, target)
 
 
 # ----------------------------------------------------------------------------
@@ -874,9 +968,11 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
   return rows
 
 
-def _write(out: str, target: Target, rows: list[dict]) -> None:
-  for suffix, text in ((".jsonl", "".join(json.dumps(r) + "\n" for r in rows)),
-                       (".md", summary(rows, target))):
+def _write(out: str, target: Target, rows: list[dict], jsonl: bool = True) -> None:
+  files = [(".md", summary(rows, target))]
+  if jsonl:
+    files.append((".jsonl", "".join(json.dumps(r) + "\n" for r in rows)))
+  for suffix, text in files:
     path = os.path.join(out, target.name + suffix)
     with open(path + ".tmp", "w", encoding="utf-8") as f:
       f.write(text)
@@ -891,6 +987,13 @@ def main(argv):
                             FLAGS.additive_seq_lens)
   except ValueError as e:
     sys.exit(f"error: {e}")
+  if FLAGS.report_only:
+    try:
+      report_only(options.out, options.target)
+    except ValueError as e:
+      sys.exit(f"error: {e}")
+    print(f"wrote {os.path.join(options.out, options.target.name + '.md')}")
+    return
   if "jax" in sys.modules:
     sys.exit("error: jax was imported before the compile check could configure it.")
   for key, value in ENVIRONMENT.items():

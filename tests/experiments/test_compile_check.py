@@ -299,3 +299,37 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
   if target == "tpu_v5e":  # the TPU's own cost model agrees where there is no loop
     assert matmul["target_flops"] == matmul["flops"]
     assert matmul["target_optimal_seconds"] > 0
+
+
+def _row(program, case, **fields):
+  return {"program": program, "case": case, "status": "compiled", "fits": True, **fields}
+
+
+def test_program_tables_and_report_only(tmp_path):
+  rows = [
+      _row("gpu_sweep", "additive d=128", total_bytes=4.5e9, roofline_s=0.03, predicted_s=0.09,
+           kernels=17000, loop_iterations=480, steps=6000, predicted_total_s=540.0),
+      _row("kernels", "scaled_dot auto T=4096 fwd_bwd", total_bytes=0.8e9, predicted_s=2e-3,
+           predicted_tflops=962.1, fused_attention="cudnn"),
+      _row("additive", "additive_chunked T=2048", shapes={"impl": "additive_chunked",
+                                                           "seq_len": 2048},
+           temp_bytes=2.68e9, predicted_s=2.3),
+      {**_row("additive", "additive_naive T=2048", shapes={"impl": "additive_naive",
+                                                          "seq_len": 2048},
+              temp_bytes=550.8e9, predicted_s=1.15), "fits": False},
+  ]
+  sweep = cc.sweep_table(rows).splitlines()
+  assert sweep[2] == ("| additive d=128 | 4.50 | yes | 30.00 ms | 90.00 ms | 17,000 | 480 | "
+                      "6,000 | 9.0 min |")
+  kernels = cc.kernel_table(rows).splitlines()
+  assert kernels[2] == "| scaled_dot auto T=4096 fwd_bwd | 0.80 | yes | 2.00 ms | 962 | yes |"
+  additive = cc.additive_table(rows).splitlines()
+  assert additive[2] == "| 2048 | 2.68 | 550.80 (does not fit) | 2.30 s | 1.15 s |"
+  text = cc.summary(rows, cc.TARGETS["h100"])
+  assert "**9.0 min** (roofline alone, no overheads: 3.0 min)" in text
+
+  (tmp_path / "h100.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert cc.report_only(str(tmp_path), cc.TARGETS["h100"]) == text
+  assert (tmp_path / "h100.md").read_text() == text
+  with pytest.raises(ValueError, match="`--out`"):
+    cc.report_only(str(tmp_path), cc.TARGETS["tpu_v5e"])
