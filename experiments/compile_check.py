@@ -157,16 +157,21 @@ PROGRAMS = ("gpu_sweep", "transformer_base", "kernels", "additive")
 DEFAULT_KERNEL_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_ADDITIVE_SEQ_LENS = (256, 512, 1024, 2048, 4096)
 
-flags.DEFINE_string("target", None, f"What to compile for: one of {', '.join(TARGETS)}.")
-flags.DEFINE_string("programs", ",".join(PROGRAMS),
-                    f"Comma-separated programs from {', '.join(PROGRAMS)}.")
-flags.DEFINE_string("out", None, "Folder for <target>.jsonl and <target>.md.")
-flags.DEFINE_string("kernel_seq_lens", ",".join(map(str, DEFAULT_KERNEL_SEQ_LENS)),
-                    "Kernel program: sequence lengths T.")
-flags.DEFINE_bool("report_only", False, "Rewrite <out>/<target>.md from its jsonl; compile "
-                  "nothing.")
-flags.DEFINE_string("additive_seq_lens", ",".join(map(str, DEFAULT_ADDITIVE_SEQ_LENS)),
-                    "Additive program: sequence lengths T.")
+
+def define_flags() -> None:
+  """The command line's flags; defined only when this module is the program
+  (other drivers define flags of the same names, e.g. `--out`, and tests
+  import them side by side)."""
+  flags.DEFINE_string("target", None, f"What to compile for: one of {', '.join(TARGETS)}.")
+  flags.DEFINE_string("programs", ",".join(PROGRAMS),
+                      f"Comma-separated programs from {', '.join(PROGRAMS)}.")
+  flags.DEFINE_string("out", None, "Folder for <target>.jsonl and <target>.md.")
+  flags.DEFINE_string("kernel_seq_lens", ",".join(map(str, DEFAULT_KERNEL_SEQ_LENS)),
+                      "Kernel program: sequence lengths T.")
+  flags.DEFINE_bool("report_only", False, "Rewrite <out>/<target>.md from its jsonl; compile "
+                    "nothing.")
+  flags.DEFINE_string("additive_seq_lens", ",".join(map(str, DEFAULT_ADDITIVE_SEQ_LENS)),
+                      "Additive program: sequence lengths T.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -1010,4 +1015,5 @@ def argv_given() -> list[str]:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -223,6 +223,14 @@ def test_parse_options_keeps_order_without_repeats():
   assert options.target.platform == "tpu" and options.kernel_seq_lens == (512, 1024)
 
 
+def test_importing_it_defines_no_flags():
+  # Other drivers define `--out`, `--additive_seq_lens`, `--report_only`;
+  # importing them beside it (as the test suite does) must not clash.
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments import benchmark  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+  assert "target" not in flags.FLAGS and "kernel_seq_lens" not in flags.FLAGS
+
+
 def test_cli_refuses_a_bad_flag_in_one_line_before_any_work(tmp_path):
   out = tmp_path / "out"
   proc = subprocess.run(
