@@ -492,6 +492,8 @@ def _gb(n) -> str:
 def _seconds(s) -> str:
   if s is None:
     return "–"
+  if s < 0:  # libtpu's optimal_seconds of some loop programs
+    return f"{s:.3g} s (negative)"
   if s >= 60:
     return f"{s / 60:.1f} min"
   if s >= 1:
@@ -542,15 +544,19 @@ def _compiled(rows, program):
   return [r for r in rows if r["program"] == program and r.get("status") == "compiled"]
 
 
-def sweep_table(rows: Sequence[Mapping[str, Any]]) -> str:
-  """Per (arm, dim) of the sweep: memory, step time (roofline alone and with
-  overheads) and the time of its steps."""
-  lines = ["| arm | total GB | fits | roofline step | predicted step | kernels / step | "
-           "loop iterations / step | steps | predicted time |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
+def sweep_table(rows: Sequence[Mapping[str, Any]], target: Target) -> str:
+  """Per (arm, dim) of the sweep: memory, step time (FLOPs at peak alone, the
+  roofline, and with overheads) and the time of its steps."""
+  lines = ["| arm | total GB | fits | GFLOP / step | FLOPs at peak | roofline step | "
+           "predicted step | kernels / step | loop iterations / step | steps | predicted time |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
   for r in _compiled(rows, "gpu_sweep"):
+    flops = r.get("flops")
     lines.append(f"| {r['case']} | {_gb(r.get('total_bytes'))} | "
-                 f"{'yes' if r.get('fits') else '**no**'} | {_seconds(r.get('roofline_s'))} | "
+                 f"{'yes' if r.get('fits') else '**no**'} | "
+                 f"{'–' if flops is None else f'{flops / 1e9:,.0f}'} | "
+                 f"{'–' if flops is None else _seconds(flops / target.peak_flops)} | "
+                 f"{_seconds(r.get('roofline_s'))} | "
                  f"{_seconds(r.get('predicted_s'))} | {_count(r.get('kernels'))} | "
                  f"{_count(r.get('loop_iterations'))} | {_count(r.get('steps'))} | "
                  f"{_seconds(r.get('predicted_total_s'))} |")
@@ -615,12 +621,16 @@ def summary(rows: Sequence[Mapping[str, Any]], target: Target) -> str:
                  f"`{first.get('command')}`.\n")
   sweep = sweep_seconds(rows)
   if sweep is not None:
+    compute = sum(r["steps"] * r["flops"] / target.peak_flops
+                  for r in rows if r["program"] == "gpu_sweep")
     parts.append(f"Predicted training time of the `gpu` sweep (every arm and dimension, "
-                 f"training steps only, no evaluation or decoding): **{_seconds(sweep)}** "
-                 f"(roofline alone, no overheads: {_seconds(sweep_seconds(rows, key='roofline_s'))})."
-                 "\n")
+                 f"training steps only, no evaluation or decoding): **{_seconds(sweep)}**; "
+                 f"the roofline alone (no overheads) "
+                 f"{_seconds(sweep_seconds(rows, key='roofline_s'))}, the FLOPs at peak alone "
+                 f"{_seconds(compute)}.\n")
   for program, title, table in (
-      ("gpu_sweep", "The `gpu` preset's training step (seeds vmapped, widest batch)", sweep_table),
+      ("gpu_sweep", "The `gpu` preset's training step (seeds vmapped, widest batch)",
+       functools.partial(sweep_table, target=target)),
       ("kernels", "Kernel benchmark headline shapes", kernel_table),
       ("additive", "Additive score, a = 1024, forward+backward", additive_table)):
     if any(r["program"] == program for r in rows):

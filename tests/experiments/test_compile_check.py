@@ -197,7 +197,7 @@ def test_markdown_table_shows_memory_verdict_and_errors():
 
 def test_summary_states_the_sweep_prediction():
   rows = [{"program": "gpu_sweep", "case": "x", "status": "compiled", "steps": 6000,
-           "predicted_s": 0.02}]
+           "predicted_s": 0.02, "roofline_s": 0.01, "flops": 1e12}]
   text = cc.summary(rows, cc.TARGETS["tpu_v5e"])
   assert "**2.0 min**" in text and "16.0 GB" not in text  # 16 GiB = 17.2 GB
   assert "17.2 GB" in text
@@ -316,6 +316,7 @@ def _row(program, case, **fields):
 def test_program_tables_and_report_only(tmp_path):
   rows = [
       _row("gpu_sweep", "additive d=128", total_bytes=4.5e9, roofline_s=0.03, predicted_s=0.09,
+           flops=989e9,
            kernels=17000, loop_iterations=480, steps=6000, predicted_total_s=540.0),
       _row("kernels", "scaled_dot auto T=4096 fwd_bwd", total_bytes=0.8e9, predicted_s=2e-3,
            predicted_tflops=962.1, fused_attention="cudnn"),
@@ -326,15 +327,16 @@ def test_program_tables_and_report_only(tmp_path):
                                                           "seq_len": 2048},
               temp_bytes=550.8e9, predicted_s=1.15), "fits": False},
   ]
-  sweep = cc.sweep_table(rows).splitlines()
-  assert sweep[2] == ("| additive d=128 | 4.50 | yes | 30.00 ms | 90.00 ms | 17,000 | 480 | "
-                      "6,000 | 9.0 min |")
+  sweep = cc.sweep_table(rows, cc.TARGETS["h100"]).splitlines()
+  assert sweep[2] == ("| additive d=128 | 4.50 | yes | 989 | 1.00 ms | 30.00 ms | 90.00 ms | "
+                      "17,000 | 480 | 6,000 | 9.0 min |")
   kernels = cc.kernel_table(rows).splitlines()
   assert kernels[2] == "| scaled_dot auto T=4096 fwd_bwd | 0.80 | yes | 2.00 ms | 962 | yes |"
   additive = cc.additive_table(rows).splitlines()
   assert additive[2] == "| 2048 | 2.68 | 550.80 (does not fit) | 2.30 s | 1.15 s |"
   text = cc.summary(rows, cc.TARGETS["h100"])
-  assert "**9.0 min** (roofline alone, no overheads: 3.0 min)" in text
+  assert ("**9.0 min**; the roofline alone (no overheads) 3.0 min, the FLOPs at peak alone "
+          "6.00 s") in text
 
   (tmp_path / "h100.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   assert cc.report_only(str(tmp_path), cc.TARGETS["h100"]) == text
