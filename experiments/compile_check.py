@@ -10,7 +10,7 @@ No accelerator is needed: XLA compiles for a target it is only described.
 TPUs come from libtpu's topologies (`jax.experimental.topologies`, e.g.
 'v5e:2x2'; the program is compiled for one chip of it, as 'v5e:1x1' is
 refused); the H100 from the jax CUDA plugin given a target description
-(`H100_TARGET_CONFIG`: the device numbers XLA would otherwise query).
+(`h100_target_config()`: the device numbers XLA would otherwise query).
 
 Programs (--programs, comma-separated):
   gpu_sweep         the `gpu` preset's training step at every arm and
