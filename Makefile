@@ -52,3 +52,23 @@ test-all: $(STAMP) sword
 
 clean-venv:
 	rm -rf $(VENV)
+
+# Compile for an H100 and a TPU v5e without either (a separate Python 3.12
+# environment, .venv-aot: jax 0.11.2, libtpu, the CUDA 13 plugin, cuDNN);
+# tables in results/compile_check/. The H100 run: 44 min on the shared 2-core
+# machine (8 min of CPU); the TPU run compiles fewer kernel and additive lengths.
+AOT_VENV ?= .venv-aot
+.PHONY: compile-check compile-check-test
+$(AOT_VENV)/.installed-stamp: scripts/aot_env.sh pyproject.toml
+	bash scripts/aot_env.sh "$(PYTHON312)" "$(AOT_VENV)"
+	touch $@
+PYTHON312 ?= python3.12
+
+compile-check: $(AOT_VENV)/.installed-stamp
+	$(AOT_VENV)/bin/python -m experiments.compile_check --target=h100 --out=results/compile_check
+	$(AOT_VENV)/bin/python -m experiments.compile_check --target=tpu_v5e \
+	    --kernel_seq_lens=512,2048,8192,16384 --additive_seq_lens=256,1024,4096 \
+	    --out=results/compile_check
+
+compile-check-test: $(AOT_VENV)/.installed-stamp $(STAMP)
+	$(PY) -m pytest -q -m aot tests/experiments/test_compile_check.py

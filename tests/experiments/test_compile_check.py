@@ -1,0 +1,345 @@
+"""experiments/compile_check.py: its pure parts here; compiling for a TPU and
+an H100 in the AOT environment (`.venv-aot`, scripts/aot_env.sh).
+
+The compiling tests run the AOT environment's Python in a subprocess (this
+suite's own environment has neither libtpu nor the CUDA plugin) and are
+skipped where `.venv-aot` has not been built: it is ~3.8 GB (libtpu 0.7 GB,
+the CUDA plugin 0.4 GB, cuDNN with cuBLAS 1.6 GB), too much to install on
+every CI run. They carry the `aot` marker so that a CI job that builds it
+runs them alone: `make compile-check-test`.
+"""
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from experiments import compile_check as cc
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+AOT_PYTHON = os.path.join(ROOT, ".venv-aot", "bin", "python")
+
+
+# --- prediction -------------------------------------------------------------
+
+
+def test_roofline_is_bound_by_compute_or_memory():
+  # 1e12 FLOPs at 1e15 FLOP/s = 1 ms; 1e9 bytes at 1e12 B/s = 1 ms.
+  assert cc.roofline_seconds(2e12, 1e9, 1e15, 1e12) == pytest.approx(2e-3)  # compute-bound
+  assert cc.roofline_seconds(1e12, 3e9, 1e15, 1e12) == pytest.approx(3e-3)  # memory-bound
+  assert cc.roofline_seconds(0, 0, 1e15, 1e12) == 0
+
+
+@pytest.mark.parametrize("args, name", [((-1, 0, 1, 1), "flops"),
+                                        ((1, math.nan, 1, 1), "bytes_accessed"),
+                                        ((1, 1, 0, 1), "peak_flops"),
+                                        ((1, 1, 1, -5), "bandwidth")])
+def test_roofline_names_a_bad_argument(args, name):
+  with pytest.raises(ValueError, match=f"`{name}`"):
+    cc.roofline_seconds(*args)
+
+
+def test_prediction_adds_kernel_and_iteration_overhead():
+  target = cc.TARGETS["h100"]
+  cost = {"flops": 989e12 * 1e-3, "bytes accessed": 0.0, "kernels": 100, "iterations": 10}
+  expected = 1e-3 + 100 * target.kernel_overhead_s + 10 * target.iteration_overhead_s
+  assert cc.predict_seconds(cost, target) == pytest.approx(expected)
+  assert cc.predict_seconds({"flops": 0.0, "bytes accessed": 3.35e12}, target) == pytest.approx(1.0)
+
+
+def test_memory_total_and_verdict():
+  memory = {"argument_bytes": 10, "output_bytes": 10, "temp_bytes": 5, "alias_bytes": 8}
+  assert cc.total_bytes(memory) == 17  # donated arguments hold the aliased outputs
+  assert cc.fits(memory, device_bytes=19)  # 17 <= 0.9 * 19
+  assert not cc.fits(memory, device_bytes=18)  # 17 > 16.2
+
+
+def test_sweep_seconds_sums_steps_times_step_time():
+  rows = [{"program": "gpu_sweep", "steps": 6000, "predicted_s": 0.01},
+          {"program": "gpu_sweep", "steps": 6000, "predicted_s": 0.02},
+          {"program": "kernels", "predicted_s": 5.0}]
+  assert cc.sweep_seconds(rows) == pytest.approx(180.0)
+  assert cc.sweep_seconds(rows[:1] + [{"program": "gpu_sweep", "status": "error"}]) is None
+  assert cc.sweep_seconds(rows[2:]) is None
+
+
+# --- HLO text ----------------------------------------------------------------
+
+# A module whose entry runs a 10-step loop, and a loop with no known trip count.
+MODULE = textwrap.dedent("""\
+    HloModule jit_f, is_scheduled=true, entry_computation_layout={(f32[8]{0})->f32[8]{0}}
+
+    %fused_add (p: f32[8]) -> f32[8] {
+      %p = f32[8]{0} parameter(0)
+      ROOT %a = f32[8]{0} add(%p, %p)
+    }
+
+    %body (t: (s32[], f32[8])) -> (s32[], f32[8]) {
+      %t = (s32[], f32[8]{0}) parameter(0)
+      %x = f32[8]{0} get-tuple-element(%t), index=1
+      %f = f32[8]{0} fusion(%x), kind=kLoop, calls=%fused_add
+      %i = s32[] get-tuple-element(%t), index=0
+      ROOT %r = (s32[], f32[8]{0}) tuple(%i, %f)
+    }
+
+    %cond (t: (s32[], f32[8])) -> pred[] {
+      %t = (s32[], f32[8]{0}) parameter(0)
+      ROOT %c = pred[] constant(true)
+    }
+
+    ENTRY %main (x: f32[8]) -> f32[8] {
+      %x = f32[8]{0} parameter(0)
+      %e = f32[8]{0} fusion(%x), kind=kLoop, calls=%fused_add
+      %t = (s32[], f32[8]{0}) tuple(%x, %e)
+      %w = (s32[], f32[8]{0}) while(%t), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"10"}}
+      %w2 = (s32[], f32[8]{0}) while(%w), condition=%cond, body=%body
+      ROOT %out = f32[8]{0} get-tuple-element(%w2), index=1
+    }
+    """)
+
+
+def test_parse_hlo_finds_loops_trip_counts_and_kernels():
+  entry, comps = cc.parse_hlo(MODULE)
+  assert entry == "main"
+  assert comps["main"].whiles == [("body", 10), ("body", None)]
+  assert comps["main"].kernels == 1  # the fusion; parameter, tuple, while, gte launch nothing
+  assert comps["body"].kernels == 1
+
+
+def test_trip_count_from_a_counter_condition():
+  # The TPU compiler's loops carry no known_trip_count: `i < 10` gives 10.
+  module = MODULE.replace('ROOT %c = pred[] constant(true)',
+                          '%n = s32[]{:T(128)} constant(10)\n'
+                          '  %i = s32[] get-tuple-element(%t), index=0\n'
+                          '  ROOT %c = pred[]{:T(512)} compare(%i, %n), direction=LT')
+  _, comps = cc.parse_hlo(module)
+  assert comps["main"].whiles == [("body", 10), ("body", 10)]
+  assert cc.counter_limit(["  ROOT %c = pred[] compare(%i, %n), direction=GT"]) is None
+  assert cc.counter_limit(["  %n = s32[] constant(7)",
+                           "  ROOT %c = pred[] compare(%i, %n), direction=LT"]) == 7
+
+
+def test_as_entry_moves_the_entry():
+  text = cc.as_entry(MODULE, "body")
+  assert "ENTRY %body (t:" in text and "\n%main (x:" in text
+  assert "entry_computation_layout" not in text
+  with pytest.raises(ValueError, match="`name`"):
+    cc.as_entry(MODULE, "nowhere")
+
+
+def test_loop_aware_cost_multiplies_bodies_by_their_trip_counts():
+  # A cost analysis that counts loop bodies once, as XLA's does: 8 FLOPs per
+  # fusion; the entry = its own fusion + each loop's body once = 24.
+  def analyse(text):
+    entry = [l for l in text.splitlines() if l.startswith("ENTRY")][0]
+    return {"flops": 8.0 if "%body" in entry else 24.0, "bytes accessed": 0.0}
+
+  cost = cc.loop_aware_cost(MODULE, analyse)
+  assert cost["flops"] == 8 + 10 * 8 + 1 * 8  # entry fusion, 10 known steps, 1 unknown
+  assert cost["kernels"] == 1 + 10 + 1
+  assert cost["iterations"] == 11
+  assert cost["loops"] == 2 and cost["unknown_trip_loops"] == 1
+
+
+CUDNN_LINE = (
+    '  %fmha = (bf16[4,16,512,128]{3,1,2,0}, u8[0]{0}) custom-call(%q, %k, %v), '
+    'custom_call_target="__cudnn$fmhaSoftmax", operand_layout_constraints={bf16[4,512,16,128]'
+    '{3,2,1,0}, bf16[4,512,16,128]{3,2,1,0}, bf16[4,512,16,128]{3,2,1,0}}, '
+    'api_version=API_VERSION_STATUS_RETURNING, backend_config={"cudnn_fmha_backend_config": '
+    '{"intermediate_tensor_shape": {"element_type": "BF16", "dimensions": ["4", "16", "512", '
+    '"512"]}, "mask_type": "CAUSAL"}}')
+
+
+def test_cudnn_attention_cost_is_the_flash_attention_count():
+  cost = cc.custom_call_cost(CUDNN_LINE)
+  assert cost["known"]
+  assert cost["flops"] == 4 * 4 * 16 * 512 * 512 * 128 / 2  # causal: half
+  assert cost["bytes accessed"] == 4 * (4 * 16 * 512 * 128 * 2)  # q, k, v and the output
+  backward = cc.custom_call_cost(CUDNN_LINE.replace("fmhaSoftmax", "fmhaSoftmaxBackward"))
+  assert backward["flops"] == 2.5 * cost["flops"]
+  other = cc.custom_call_cost(
+      '  %g = f32[2,3]{1,0} custom-call(%a), custom_call_target="foo", api_version=API_VERSION_X')
+  assert other == {"flops": 0.0, "bytes accessed": 24.0, "known": False}
+
+
+def test_fused_attention_kernel_and_shapes_bytes():
+  assert cc.fused_attention_kernel(CUDNN_LINE) == "cudnn"
+  assert cc.fused_attention_kernel("%d = f32[2]{0} dot(%a, %b)") is None
+  assert cc.shapes_bytes("(bf16[4,512]{1,0}, pred[3], s32[])") == 4 * 512 * 2 + 3 + 4
+
+
+def test_h100_target_config_names_the_device():
+  text = cc.h100_target_config((9, 12), (13, 0))
+  assert "core_count: 132" in text and "cuda_compute_capability { major: 9 minor: 0 }" in text
+  assert "dnn_version_info { major: 9 minor: 12 }" in text
+  assert 'device_description_str: "NVIDIA H100 80GB HBM3"' in text
+
+
+# --- table and flags ----------------------------------------------------------
+
+
+def test_markdown_table_shows_memory_verdict_and_errors():
+  rows = [{"program": "kernels", "case": "a", "status": "compiled", "argument_bytes": 2e9,
+           "output_bytes": 1e9, "temp_bytes": 90e9, "total_bytes": 93e9, "fits": False,
+           "flops": 5e12, "predicted_s": 0.0125, "fused_attention": "cudnn"},
+          {"program": "kernels", "case": "b", "status": "error", "error": "RuntimeError: boom"}]
+  table = cc.markdown_table(rows)
+  lines = table.strip().splitlines()
+  assert len(lines) == 4
+  assert "| kernels | a | compiled | 2.00 | 1.00 | 90.00 | 93.00 | **no** | 5,000.0 | 12.50 ms |" in lines[2]
+  assert lines[2].endswith("| cudnn |")
+  assert "error: RuntimeError: boom" in lines[3]
+
+
+def test_summary_states_the_sweep_prediction():
+  rows = [{"program": "gpu_sweep", "case": "x", "status": "compiled", "steps": 6000,
+           "predicted_s": 0.02, "roofline_s": 0.01, "flops": 1e12}]
+  text = cc.summary(rows, cc.TARGETS["tpu_v5e"])
+  assert "**2.0 min**" in text and "16.0 GB" not in text  # 16 GiB = 17.2 GB
+  assert "17.2 GB" in text
+
+
+@pytest.mark.parametrize("kwargs, flag", [
+    (dict(target=None), "--target"), (dict(target="h200"), "--target"),
+    (dict(programs="kernels,bogus"), "--programs"), (dict(programs=" , "), "--programs"),
+    (dict(out=None), "--out"), (dict(kernel_seq_lens="512,x"), "--kernel_seq_lens"),
+    (dict(additive_seq_lens="0"), "--additive_seq_lens")])
+def test_parse_options_names_the_bad_flag(kwargs, flag):
+  given = dict(target="h100", programs="kernels", out="/tmp/x", kernel_seq_lens="512",
+               additive_seq_lens="256")
+  given.update(kwargs)
+  with pytest.raises(ValueError, match=f"`{flag}`"):
+    cc.parse_options(**given)
+
+
+def test_parse_options_keeps_order_without_repeats():
+  options = cc.parse_options("tpu_v5e", "additive,kernels,additive", "/tmp/x", "512,1024",
+                             "256")
+  assert options.programs == ("additive", "kernels")
+  assert options.target.platform == "tpu" and options.kernel_seq_lens == (512, 1024)
+
+
+def test_importing_it_defines_no_flags():
+  # Other drivers define `--out`, `--additive_seq_lens`, `--report_only`;
+  # importing them beside it (as the test suite does) must not clash.
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments import benchmark  # noqa: F401  pylint: disable=unused-import,g-import-not-at-top
+  assert "target" not in flags.FLAGS and "kernel_seq_lens" not in flags.FLAGS
+
+
+def test_cli_refuses_a_bad_flag_in_one_line_before_any_work(tmp_path):
+  out = tmp_path / "out"
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.compile_check", "--target=h200", f"--out={out}"],
+      cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode != 0
+  assert proc.stderr.strip().splitlines() == [
+      "error: `--target` must be one of h100, tpu_v5e, tpu_v6e, tpu_v5p; got 'h200'."]
+  assert not out.exists()
+
+
+# --- compiling for the targets (the AOT environment) ---------------------------
+
+# Compiles, for one target, a bfloat16 matmul, a 10-step scan of it and the
+# library's scaled_dot score function; prints one JSON line of what it saw.
+_SCRIPT = textwrap.dedent("""\
+    import json, os, sys
+    for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    import jax, jax.numpy as jnp
+    from experiments import compile_check as cc
+    from attention_jax import scores
+    target = cc.TARGETS[sys.argv[1]]
+    device = cc.target_device(target)
+    bf16 = lambda *s: jax.ShapeDtypeStruct(s, jnp.bfloat16)
+
+    def scan(w, x):
+        return jax.lax.scan(lambda h, _: (h @ w, None), x, None, length=10)[0]
+
+    programs = {
+        "matmul": (lambda a, b: a @ b, (bf16(256, 512), bf16(512, 128))),
+        "scan": (scan, (bf16(128, 128), bf16(64, 128))),
+        "scaled_dot": (scores.scaled_dot, (bf16(2, 4, 64, 32), bf16(2, 4, 96, 32))),
+    }
+    out = {}
+    for name, (fn, args) in programs.items():
+        case = cc.Case("test", name, {}, lambda fn=fn, args=args: (jax.jit(fn), args))
+        out[name] = cc.compile_case(case, target, device)
+    print(json.dumps(out))
+    """)
+
+
+@pytest.mark.aot
+@pytest.mark.skipif(not os.path.exists(AOT_PYTHON),
+                    reason="no .venv-aot (bash scripts/aot_env.sh builds it)")
+@pytest.mark.parametrize("target", ["tpu_v5e", "h100"])
+def test_compiles_for_the_target_with_memory_and_flops(target):
+  proc = subprocess.run([AOT_PYTHON, "-c", _SCRIPT, target], cwd=ROOT, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  device_memory = cc.TARGETS[target].memory_bytes
+  for name, row in rows.items():
+    assert row["status"] == "compiled", (name, row.get("error"))
+    assert 0 < row["total_bytes"] <= device_memory, name
+    assert row["flops"] > 0 and row["predicted_s"] > 0, name
+  kind = rows["matmul"]["device_kind"]
+  assert ("TPU v5 lite" in kind) if target == "tpu_v5e" else ("H100" in kind), kind
+  matmul = rows["matmul"]
+  assert matmul["argument_bytes"] == 2 * (256 * 512 + 512 * 128)
+  assert matmul["output_bytes"] == 2 * 256 * 128
+  # 2·M·N·K (XLA:GPU's fused GEMM is counted with its element-wise epilogue, < 1% more).
+  assert 2 * 256 * 512 * 128 <= matmul["flops"] <= 1.01 * 2 * 256 * 512 * 128
+  # The loop counted 10 times, not once as XLA's own analysis does.
+  # (plus the counter's adds, and on the GPU the GEMM epilogue: a few %).
+  step = 2 * 64 * 128 * 128
+  assert 10 * step <= rows["scan"]["flops"] <= 1.05 * 10 * step
+  assert rows["scan"]["loop_iterations"] == 10
+  # scaled_dot: q kᵀ [2, 4, 64, 96] over d = 32, plus the 1/sqrt(d) scaling.
+  assert rows["scaled_dot"]["flops"] >= 2 * 2 * 4 * 64 * 96 * 32
+  # bf16 [2, 4, 64, 96]; a TPU pads the minor axis to its 128-wide tiles.
+  padded = 96 if target == "h100" else 128
+  assert rows["scaled_dot"]["output_bytes"] == 2 * 2 * 4 * 64 * padded
+  if target == "tpu_v5e":  # the TPU's own cost model agrees where there is no loop
+    assert matmul["target_flops"] == matmul["flops"]
+    assert matmul["target_optimal_seconds"] > 0
+
+
+def _row(program, case, **fields):
+  return {"program": program, "case": case, "status": "compiled", "fits": True, **fields}
+
+
+def test_program_tables_and_report_only(tmp_path):
+  rows = [
+      _row("gpu_sweep", "additive d=128", total_bytes=4.5e9, roofline_s=0.03, predicted_s=0.09,
+           flops=989e9,
+           kernels=17000, loop_iterations=480, steps=6000, predicted_total_s=540.0),
+      _row("kernels", "scaled_dot auto T=4096 fwd_bwd", total_bytes=0.8e9, predicted_s=2e-3,
+           predicted_tflops=962.1, fused_attention="cudnn"),
+      _row("additive", "additive_chunked T=2048", shapes={"impl": "additive_chunked",
+                                                           "seq_len": 2048},
+           temp_bytes=2.68e9, predicted_s=2.3),
+      {**_row("additive", "additive_naive T=2048", shapes={"impl": "additive_naive",
+                                                          "seq_len": 2048},
+              temp_bytes=550.8e9, predicted_s=1.15), "fits": False},
+  ]
+  sweep = cc.sweep_table(rows, cc.TARGETS["h100"]).splitlines()
+  assert sweep[2] == ("| additive d=128 | 4.50 | yes | 989 | 1.00 ms | 30.00 ms | 90.00 ms | "
+                      "17,000 | 480 | 6,000 | 9.0 min |")
+  kernels = cc.kernel_table(rows).splitlines()
+  assert kernels[2] == "| scaled_dot auto T=4096 fwd_bwd | 0.80 | yes | 2.00 ms | 962 | yes |"
+  additive = cc.additive_table(rows).splitlines()
+  assert additive[2] == "| 2048 | 2.68 | 550.80 (does not fit) | 2.30 s | 1.15 s |"
+  text = cc.summary(rows, cc.TARGETS["h100"])
+  assert ("**9.0 min**; the roofline alone (no overheads) 3.0 min, the FLOPs at peak alone "
+          "6.00 s") in text
+
+  (tmp_path / "h100.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  assert cc.report_only(str(tmp_path), cc.TARGETS["h100"]) == text
+  assert (tmp_path / "h100.md").read_text() == text
+  with pytest.raises(ValueError, match="`--out`"):
+    cc.report_only(str(tmp_path), cc.TARGETS["tpu_v5e"])
