@@ -956,30 +956,35 @@ def write_outputs(out_dir: str, rows: list[dict], skipped: list[str], prov: dict
 # Command line.
 
 FLAGS = flags.FLAGS
-_D = Settings()
-flags.DEFINE_string("out", "results/init_logits", "Output folder (created).")
-flags.DEFINE_list("dims", [str(d) for d in _D.dims],
-                  "Per-head query/key sizes d_k (RNN: attention dimension a).")
-flags.DEFINE_integer("batches", _D.batches, "Training batches averaged per configuration.")
-flags.DEFINE_list("models", list(_D.models), "Models to measure: transformer, rnn.")
-flags.DEFINE_list("inits", list(_D.inits), "Initialisations: default, premise.")
-flags.DEFINE_list("transformer_scores", list(_D.transformer_scores), "Transformer scores.")
-flags.DEFINE_list("rnn_scores", list(_D.rnn_scores), "RNN scores.")
-flags.DEFINE_integer("d_model", _D.d_model, "Transformer d_model.")
-flags.DEFINE_integer("num_heads", _D.num_heads, "Transformer heads.")
-flags.DEFINE_integer("d_ff", _D.d_ff, "Transformer feed-forward width.")
-flags.DEFINE_integer("encoder_layers", _D.encoder_layers, "Transformer encoder layers.")
-flags.DEFINE_integer("decoder_layers", _D.decoder_layers, "Transformer decoder layers.")
-flags.DEFINE_string("dataset", _D.dataset, "Dataset name (input_pipeline.load).")
-flags.DEFINE_integer("vocab_size", _D.vocab_size, "SentencePiece vocabulary.")
-flags.DEFINE_integer("max_length", _D.max_length, "Longest training pair (tokens).")
-flags.DEFINE_integer("batch_size", _D.batch_size, "Sentences per batch.")
-flags.DEFINE_integer("data_seed", _D.data_seed, "Shuffling seed of the training stream.")
-flags.DEFINE_integer("seed", _D.seed, "Model initialisation seed.")
-flags.DEFINE_integer("premise_passes", _D.premise_passes,
-                     "Measure-and-rescale passes of the premise initialisation.")
-flags.DEFINE_float("max_block_gb", _D.max_block_gb,
-                   "Skip additive configurations whose tanh block would exceed this.")
+
+
+def define_flags() -> None:
+  """The command line; defined only when this module is the program, since
+  drivers that tests import beside it define `--dims`, `--models`, `--out` too."""
+  defaults = Settings()
+  flags.DEFINE_string("out", "results/init_logits", "Output folder (created).")
+  flags.DEFINE_list("dims", [str(dim) for dim in defaults.dims],
+                    "Per-head query/key sizes d_k (RNN: attention dimension a).")
+  flags.DEFINE_integer("batches", defaults.batches, "Training batches averaged per configuration.")
+  flags.DEFINE_list("models", list(defaults.models), "Models to measure: transformer, rnn.")
+  flags.DEFINE_list("inits", list(defaults.inits), "Initialisations: default, premise.")
+  flags.DEFINE_list("transformer_scores", list(defaults.transformer_scores), "Transformer scores.")
+  flags.DEFINE_list("rnn_scores", list(defaults.rnn_scores), "RNN scores.")
+  flags.DEFINE_integer("d_model", defaults.d_model, "Transformer d_model.")
+  flags.DEFINE_integer("num_heads", defaults.num_heads, "Transformer heads.")
+  flags.DEFINE_integer("d_ff", defaults.d_ff, "Transformer feed-forward width.")
+  flags.DEFINE_integer("encoder_layers", defaults.encoder_layers, "Transformer encoder layers.")
+  flags.DEFINE_integer("decoder_layers", defaults.decoder_layers, "Transformer decoder layers.")
+  flags.DEFINE_string("dataset", defaults.dataset, "Dataset name (input_pipeline.load).")
+  flags.DEFINE_integer("vocab_size", defaults.vocab_size, "SentencePiece vocabulary.")
+  flags.DEFINE_integer("max_length", defaults.max_length, "Longest training pair (tokens).")
+  flags.DEFINE_integer("batch_size", defaults.batch_size, "Sentences per batch.")
+  flags.DEFINE_integer("data_seed", defaults.data_seed, "Shuffling seed of the training stream.")
+  flags.DEFINE_integer("seed", defaults.seed, "Model initialisation seedefaults.")
+  flags.DEFINE_integer("premise_passes", defaults.premise_passes,
+                       "Measure-and-rescale passes of the premise initialisation.")
+  flags.DEFINE_float("max_block_gb", defaults.max_block_gb,
+                     "Skip additive configurations whose tanh block would exceed this.")
 
 
 def settings_from_flags() -> Settings:
@@ -1017,4 +1022,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)

@@ -47,18 +47,23 @@ from experiments import common
 # not known to better than this before the first sweep has run there.
 SAFETY = 0.8
 
-flags.DEFINE_string("cells", None, "Comma-separated ARM:DIM cells to measure (default: the "
-                    "first arm at the largest dimension, the last arm at the smallest).")
-flags.DEFINE_integer("calibration_steps", 20, "Timed training steps per cell after the first.")
-flags.DEFINE_integer("pieces", 3, "Sweep pieces (device commands) the plan may take.")
-flags.DEFINE_float("piece_minutes", 7.0, "Minutes of one piece (--max_minutes of the sweep).")
-flags.DEFINE_integer("min_steps", 1000, "Fewest training steps worth a sweep: below, the plan "
-                     "drops dimensions.")
-flags.DEFINE_string("arms", None, "Comma-separated arms of the sweep (default from the preset).")
-flags.DEFINE_string("dims", None, "Comma-separated dimensions of the sweep (default from the "
-                    "preset).")
-common.define_flags()
 FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """The command line; defined only when this module is the program, since
+  other drivers that tests import beside it define `--arms`/`--dims` too."""
+  flags.DEFINE_string("cells", None, "Comma-separated ARM:DIM cells to measure (default: the "
+                      "first arm at the largest dimension, the last arm at the smallest).")
+  flags.DEFINE_integer("calibration_steps", 20, "Timed training steps per cell after the first.")
+  flags.DEFINE_integer("pieces", 3, "Sweep pieces (device commands) the plan may take.")
+  flags.DEFINE_float("piece_minutes", 7.0, "Minutes of one piece (--max_minutes of the sweep).")
+  flags.DEFINE_integer("min_steps", 1000, "Fewest training steps worth a sweep: below, the plan "
+                       "drops dimensions.")
+  flags.DEFINE_string("arms", None, "Comma-separated arms of the sweep (default from the preset).")
+  flags.DEFINE_string("dims", None, "Comma-separated dimensions of the sweep (default from the "
+                      "preset).")
+  common.define_flags()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,4 +274,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
