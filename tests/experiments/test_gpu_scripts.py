@@ -23,12 +23,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 IMAGE_LIST = os.path.join(ROOT, "scripts", "gpu_image_packages.txt")
 
 
-def _requirements_module():
-  spec = importlib.util.spec_from_file_location(
-      "gpu_requirements", os.path.join(ROOT, "scripts", "gpu_requirements.py"))
+def _script_module(name):
+  """scripts/NAME.py loaded as a module (scripts/ is not a package)."""
+  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", name + ".py"))
   module = importlib.util.module_from_spec(spec)
   spec.loader.exec_module(module)
   return module
+
+
+def _requirements_module():
+  return _script_module("gpu_requirements")
 
 
 def test_requirements_are_the_closure_of_what_the_image_lacks():
@@ -319,11 +323,7 @@ def test_gpu_run_rejects_bad_minutes_with_one_line(tmp_path, name, value):
 # --- scripts/gpu_versions.py: the image's versions against the bundle's needs ---
 
 def _versions_module():
-  spec = importlib.util.spec_from_file_location(
-      "gpu_versions", os.path.join(ROOT, "scripts", "gpu_versions.py"))
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
+  return _script_module("gpu_versions")
 
 
 def _fake_site(site, name, requires):
