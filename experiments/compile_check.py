@@ -60,7 +60,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import time
 import types
@@ -831,28 +830,23 @@ ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",
                "CUDA_VISIBLE_DEVICES": "-1", "TPU_SKIP_MDS_QUERY": "1"}
 
 
+# Everything that shapes the compiled programs.
+DISTRIBUTIONS = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+                 "nvidia-cudnn-cu13", "flax", "optax")
+
+
 def versions() -> dict[str, str | None]:
-  """Installed versions of everything that shapes the compiled programs."""
-  import importlib.metadata as md  # pylint: disable=g-import-not-at-top
-  out = {"python": sys.version.split()[0]}
-  for name in ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt",
-               "nvidia-cudnn-cu13", "flax", "optax"):
-    try:
-      out[name] = md.version(name)
-    except md.PackageNotFoundError:
-      out[name] = None
-  return out
+  """Python's and the installed versions of `DISTRIBUTIONS` (None: not installed)."""
+  # Imported here: the package imports jax, which must not start before ENVIRONMENT is set.
+  from attention_jax.training import provenance as provenance_lib  # pylint: disable=g-import-not-at-top
+  return provenance_lib.versions(DISTRIBUTIONS)
 
 
 def git_commit() -> str | None:
-  """HEAD of the checkout this file is in, '+dirty' when files differ from it."""
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  try:
-    head = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True,
-                          text=True, check=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-  except (OSError, subprocess.CalledProcessError):
+  """HEAD of the checkout this file is in, '+dirty' when tracked files differ from it."""
+  from attention_jax.training import provenance as provenance_lib  # pylint: disable=g-import-not-at-top
+  head, dirty = provenance_lib.git_state(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  if head is None:
     return None
   return head + ("+dirty" if dirty else "")
 

@@ -108,10 +108,11 @@ def git_state(root: str) -> tuple[str | None, bool | None]:
           None if status is None else bool(status.strip()))
 
 
-def versions() -> dict[str, str | None]:
-  """Python's and the installed versions of `DISTRIBUTIONS` (None: not installed)."""
+def versions(names: Sequence[str] = DISTRIBUTIONS) -> dict[str, str | None]:
+  """Python's and the installed versions of the distributions `names` (None:
+  not installed)."""
   out: dict[str, str | None] = {"python": platform_lib.python_version()}
-  for name in DISTRIBUTIONS:
+  for name in names:
     try:
       out[name] = importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
