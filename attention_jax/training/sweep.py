@@ -478,6 +478,7 @@ def _worker_init(parent_pid: int, stop) -> None:
     pass
   if os.getppid() != parent_pid:  # the parent died before prctl took effect
     os._exit(1)
+  provenance.fields()  # as the driver does: the commit as the run starts, not at its first row
 
 
 _WORKER_DATA = {}
