@@ -2,9 +2,11 @@
 # Same outputs on the same seeds before and after a refactor:
 #   scripts/compare_refactor.sh 64f6691   # from the repository root
 # (its output for the refactor of commit db6c306: results/archive/refactor_check/)
-# Runs a small smoke sweep (3 arms, a=8, 2 seeds, 40 steps) with the code of
-# commit $1 (a temporary git worktree) and with the working tree, then compares
-# results.jsonl (every field but train_seconds and provenance) and table.md.
+# Runs two small smoke sweeps -- the RNN (3 arms, a=8) and the Transformer (3 arms,
+# d_k=8), 2 seeds, 40 steps -- with the code of commit $1 (a temporary git worktree)
+# and with the working tree, then compares, per sweep: results.jsonl (every field but
+# train_seconds and provenance), every run's metrics.jsonl byte for byte, and table.md.
+# Exits 1 if anything differs.
 set -euo pipefail
 before_commit=$1
 py=${PYTHON:-.venv/bin/python}
@@ -13,23 +15,46 @@ root=$(pwd)
 tmp=$(mktemp -d)
 trap 'git -C "$root" worktree remove --force "$tmp/src" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
 git worktree add -q --detach "$tmp/src" "$before_commit"
-flags="--preset=smoke --arms=additive,multiplicative,scaled_multiplicative --dims=8 --steps=40 --eval_every=20 --checkpoint_every=20 --diag_every=20"
-(cd "$tmp/src" && "$py" -m experiments.ablation $flags --workdir="$tmp/before" > "$tmp/before.log" 2>&1)
-"$py" -m experiments.ablation $flags --workdir="$tmp/after" > "$tmp/after.log" 2>&1
-"$py" - "$tmp/before" "$tmp/after" <<'PY'
-import json, sys
+common="--preset=smoke --dims=8 --steps=40 --eval_every=20 --checkpoint_every=20 --diag_every=20"
+declare -A sweeps=(
+  [rnn]="--model=rnn --arms=additive,multiplicative,scaled_multiplicative"
+  [transformer]="--model=transformer --arms=dot,scaled_dot,qk_norm"
+)
+status=0
+for name in rnn transformer; do
+  flags="$common ${sweeps[$name]}"
+  echo "== $name: python -m experiments.ablation $flags"
+  (cd "$tmp/src" && "$py" -m experiments.ablation $flags --workdir="$tmp/before_$name" > "$tmp/before_$name.log" 2>&1) \
+    || { echo "before ($before_commit) failed:"; tail -5 "$tmp/before_$name.log"; exit 2; }
+  "$py" -m experiments.ablation $flags --workdir="$tmp/after_$name" > "$tmp/after_$name.log" 2>&1 \
+    || { echo "after (working tree) failed:"; tail -5 "$tmp/after_$name.log"; exit 2; }
+  "$py" - "$tmp/before_$name" "$tmp/after_$name" <<'PY' || status=1
+import glob, json, os, sys
+before, after = sys.argv[1], sys.argv[2]
 def rows(w):
   out = {}
   for line in open(f"{w}/results.jsonl"):
     r = json.loads(line); r.pop("train_seconds", None); r.pop("provenance", None)
     out[(r["arm"], r["dim"], r["seed"])] = r
   return out
-a, b = rows(sys.argv[1]), rows(sys.argv[2])
-print("rows", len(a), len(b), "identical (all fields but train_seconds, provenance):", a == b)
+a, b = rows(before), rows(after)
+same_rows = a == b
+print("results.jsonl rows", len(a), len(b),
+      "identical (all fields but train_seconds, provenance):", same_rows)
 for k in sorted(a):
-  print(k, "test_bleu", a[k]["test_bleu"], b[k]["test_bleu"], "val_ppl", a[k]["val_ppl"],
-        b[k]["val_ppl"], "logit_std", a[k]["diagnostics"]["logit_std"],
-        b[k]["diagnostics"]["logit_std"])
-same = open(f"{sys.argv[1]}/table.md").read() == open(f"{sys.argv[2]}/table.md").read()
-print("table.md identical:", same)
+  print(" ", k, "test_bleu", a[k]["test_bleu"], b.get(k, {}).get("test_bleu"),
+        "val_ppl", a[k]["val_ppl"], b.get(k, {}).get("val_ppl"))
+logs = sorted(os.path.relpath(p, before) for p in glob.glob(f"{before}/runs/*/metrics.jsonl"))
+same_logs = bool(logs)
+for rel in logs:
+  other = os.path.join(after, rel)
+  same = os.path.exists(other) and open(os.path.join(before, rel), "rb").read() == open(other, "rb").read()
+  same_logs &= same
+  print(" ", rel, "byte-identical:", same)
+same_table = open(f"{before}/table.md").read() == open(f"{after}/table.md").read()
+print("table.md identical:", same_table)
+sys.exit(0 if same_rows and same_logs and same_table else 1)
 PY
+done
+echo "all identical: $([ $status = 0 ] && echo yes || echo NO)"
+exit $status

@@ -62,7 +62,7 @@ FAMILIES = {"rnn": "the RNN Seq2Seq (--model=rnn)",
             "transformer": "the Transformer (--model=transformer)"}
 
 
-def _field(default, help_text: str, family: str | None = None):
+def flag_field(default, help_text: str, family: str | None = None):
   """A config field with its flag help, and the model family it applies to
   (None: both); a flag of the other family is refused (`check_family`)."""
   return dataclasses.field(default=default, metadata={"help": help_text, "family": family})
@@ -74,69 +74,69 @@ class ExperimentConfig:
   (`experiments/common.py`), its help in the field's metadata."""
 
   # --- what to sweep ---
-  arms: tuple[str, ...] = _field(
+  arms: tuple[str, ...] = flag_field(
       ("additive", "multiplicative", "scaled_multiplicative"),
       "attention score functions (registry.SCORES; 'none_init'/'none_concat' = RNN "
       "without attention)")
-  dims: tuple[int, ...] = _field(
+  dims: tuple[int, ...] = flag_field(
       (128, 256, 512, 1024), "attention dimensionalities a (size of W_1 h and W_2 s)")
-  seeds: int = _field(4, "runs per (arm, dim), trained together as one vmapped program")
-  additive_max_dim: int = _field(
+  seeds: int = flag_field(4, "runs per (arm, dim), trained together as one vmapped program")
+  additive_max_dim: int = flag_field(
       0, "largest dimension at which the additive arm runs (0 = all of --dims): per "
       "query it evaluates a tanh of a values for every key")
-  baseline: str = _field(
+  baseline: str = flag_field(
       "", "arm every other arm is tested against at the same dimension ('' = additive "
       "when swept, else the first arm)")
   # --- model ---
-  model: str = _field("rnn", "'rnn' (Britz Seq2Seq, Luong-style decoder) or 'transformer'")
-  cell: str = _field("gru", "RNN cell: 'gru' or 'lstm'", family="rnn")
-  embed_dim: int = _field(512, "token embedding size", family="rnn")
-  hidden_dim: int = _field(512, "RNN hidden size per direction (Transformer: d_model)")
-  encoder_layers: int = _field(
+  model: str = flag_field("rnn", "'rnn' (Britz Seq2Seq, Luong-style decoder) or 'transformer'")
+  cell: str = flag_field("gru", "RNN cell: 'gru' or 'lstm'", family="rnn")
+  embed_dim: int = flag_field(512, "token embedding size", family="rnn")
+  hidden_dim: int = flag_field(512, "RNN hidden size per direction (Transformer: d_model)")
+  encoder_layers: int = flag_field(
       1, "RNN: bidirectional encoder layers; Transformer: N encoder layers")
-  decoder_layers: int = _field(2, "RNN decoder layers; Transformer: N decoder layers")
-  num_heads: int = _field(8, "Transformer heads", family="transformer")
-  ff_dim: int = _field(2048, "Transformer d_ff", family="transformer")
-  dropout: float = _field(0.2, "dropout on RNN cell inputs / Transformer sub-layers")
-  layer_norm: str = _field(
+  decoder_layers: int = flag_field(2, "RNN decoder layers; Transformer: N decoder layers")
+  num_heads: int = flag_field(8, "Transformer heads", family="transformer")
+  ff_dim: int = flag_field(2048, "Transformer d_ff", family="transformer")
+  dropout: float = flag_field(0.2, "dropout on RNN cell inputs / Transformer sub-layers")
+  layer_norm: str = flag_field(
       "post", "Transformer LayerNorm placement: 'post' (LayerNorm(x + Sublayer(x)), the "
       "paper) or 'pre' (x + Sublayer(LayerNorm(x)))", family="transformer")
-  dtype: str = _field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
+  dtype: str = flag_field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
   # --- data ---
-  dataset: str = _field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
-  data_dir: str = _field("", "prepared-data folder ('' = the default cache folder)")
-  vocab_size: int = _field(8000, "joint SentencePiece vocabulary (ignored by synthetic tasks)")
-  max_length: int = _field(64, "drop training pairs longer than this many tokens")
-  batch_size: int = _field(64, "sentences per batch (all seeds see the same batches)")
-  data_seed: int = _field(0, "shuffling seed of the training stream, shared by all seeds")
+  dataset: str = flag_field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
+  data_dir: str = flag_field("", "prepared-data folder ('' = the default cache folder)")
+  vocab_size: int = flag_field(8000, "joint SentencePiece vocabulary (ignored by synthetic tasks)")
+  max_length: int = flag_field(64, "drop training pairs longer than this many tokens")
+  batch_size: int = flag_field(64, "sentences per batch (all seeds see the same batches)")
+  data_seed: int = flag_field(0, "shuffling seed of the training stream, shared by all seeds")
   # --- optimisation ---
-  steps: int = _field(20000, "training steps per run")
-  learning_rate: float = _field(1e-3, "Adam peak learning rate")
-  adam_b2: float = _field(0.999, "Adam beta_2 (Vaswani et al. 2017: 0.98)")
-  schedule: str = _field(
+  steps: int = flag_field(20000, "training steps per run")
+  learning_rate: float = flag_field(1e-3, "Adam peak learning rate")
+  adam_b2: float = flag_field(0.999, "Adam beta_2 (Vaswani et al. 2017: 0.98)")
+  schedule: str = flag_field(
       "constant", "'constant' (after warm-up) or 'cosine' decay to 10% at the end")
-  warmup_steps: int = _field(0, "linear warm-up steps")
-  clip_norm: float = _field(5.0, "global gradient-norm clipping (Britz: 5)")
-  label_smoothing: float = _field(0.0, "label-smoothing mass")
+  warmup_steps: int = flag_field(0, "linear warm-up steps")
+  clip_norm: float = flag_field(5.0, "global gradient-norm clipping (Britz: 5)")
+  label_smoothing: float = flag_field(0.0, "label-smoothing mass")
   # --- evaluation and bookkeeping ---
-  beam_size: int = _field(10, "beam width of the final test BLEU (1 = greedy)")
-  val_beam_size: int = _field(0, "beam width of in-training validation BLEU (0 = beam_size)")
-  length_penalty: float = _field(0.6, "GNMT length-penalty alpha")
-  eval_every: int = _field(2000, "steps between validation-BLEU evaluations (best one is kept)")
-  eval_batch_size: int = _field(
+  beam_size: int = flag_field(10, "beam width of the final test BLEU (1 = greedy)")
+  val_beam_size: int = flag_field(0, "beam width of in-training validation BLEU (0 = beam_size)")
+  length_penalty: float = flag_field(0.6, "GNMT length-penalty alpha")
+  eval_every: int = flag_field(2000, "steps between validation-BLEU evaluations (best one is kept)")
+  eval_batch_size: int = flag_field(
       256, "largest number of sentences per evaluation batch (perplexity and decoding); "
       "smaller where a batch would not fit in --eval_memory_gb")
-  eval_memory_gb: float = _field(
+  eval_memory_gb: float = flag_field(
       0.0, "memory one evaluation program may use, GiB (0 = half the memory available "
       "when the run starts, shared by the --workers)")
-  eval_examples: int = _field(0, "validation sentences used during training (0 = all)")
-  test_examples: int = _field(0, "test sentences for the final BLEU (0 = all)")
-  diag_every: int = _field(200, "steps between softmax diagnostics (K)")
-  checkpoint_every: int = _field(1000, "steps between Orbax checkpoints")
-  log_every: int = _field(100, "steps between progress lines")
-  max_minutes: float = _field(
+  eval_examples: int = flag_field(0, "validation sentences used during training (0 = all)")
+  test_examples: int = flag_field(0, "test sentences for the final BLEU (0 = all)")
+  diag_every: int = flag_field(200, "steps between softmax diagnostics (K)")
+  checkpoint_every: int = flag_field(1000, "steps between Orbax checkpoints")
+  log_every: int = flag_field(100, "steps between progress lines")
+  max_minutes: float = flag_field(
       0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit")
-  workers: int = _field(1, "(arm, dim) pairs trained at once, one single-threaded process each")
+  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one single-threaded process each")
 
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)
