@@ -17,6 +17,9 @@ and of `benchmark.jsonl` carries, under the key `provenance`:
   device_kind  `jax.devices()[0].device_kind`; on CPU the CPU model
                (`model name` of /proc/cpuinfo), which is what decides the digits
   command      the command line of the process, `python -m module flags...`
+  xla_flags    the XLA_FLAGS the process ran under ("" if none): XLA:CPU's
+               thread count changes the digits too (`--workers` processes run
+               single-threaded, `--workers=1` trains in the driver on every core)
 
 The fields are gathered once per process (`fields`); `record` and the parsers
 are pure. They are not part of a run's settings: a workdir made before they
@@ -44,10 +47,11 @@ _DIRTY_SUFFIX = "-dirty"
 
 def record(*, commit: str | None, dirty: bool | None, versions: Mapping[str, str | None],
            platform: str | None, device_kind: str | None,
-           command: str | None) -> dict[str, Any]:
+           command: str | None, xla_flags: str | None = None) -> dict[str, Any]:
   """The `provenance` value of a row (a new dict; `commit` None -> "unknown")."""
   return {"commit": commit or UNKNOWN, "dirty": dirty, "versions": dict(versions),
-          "platform": platform, "device_kind": device_kind, "command": command}
+          "platform": platform, "device_kind": device_kind, "command": command,
+          "xla_flags": xla_flags}
 
 
 def cpu_model(cpuinfo: str) -> str | None:
@@ -149,7 +153,8 @@ def collect() -> dict[str, Any]:
   cpu = cpu_model(_read_cpuinfo()) or platform_lib.processor() or None
   return record(commit=commit, dirty=dirty, versions=versions(), platform=backend,
                 device_kind=device_name(backend, jax.devices()[0].device_kind, cpu),
-                command=command_line(sys.argv, _main_module()))
+                command=command_line(sys.argv, _main_module()),
+                xla_flags=os.environ.get("XLA_FLAGS", ""))
 
 
 @functools.cache

@@ -15,7 +15,7 @@ from attention_jax.training import reporting
 from attention_jax.training import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIELDS = {"commit", "dirty", "versions", "platform", "device_kind", "command"}
+FIELDS = {"commit", "dirty", "versions", "platform", "device_kind", "command", "xla_flags"}
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -100,6 +100,13 @@ def test_outside_a_checkout_the_commit_is_unknown_or_the_environments(tmp_path, 
   monkeypatch.setenv(provenance.COMMIT_VARIABLE, "0123abcd-dirty")
   rec = provenance.collect()
   assert (rec["commit"], rec["dirty"]) == ("0123abcd", True)
+
+
+def test_collect_records_the_xla_flags(monkeypatch):
+  monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
+  assert provenance.collect()["xla_flags"] == "--xla_cpu_multi_thread_eigen=false"
+  monkeypatch.delenv("XLA_FLAGS")
+  assert provenance.collect()["xla_flags"] == ""
 
 
 def test_fields_of_this_process_gathered_once():
