@@ -460,7 +460,7 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, 
 # two single-threaded processes trained 14.6k target tokens/s together, one
 # process with 2 threads 11.2k (one seed) and 8.7k (two vmapped seeds)
 # (quick model, additive a = 128).
-_ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
 def _worker_init(parent_pid: int, stop) -> None:
@@ -469,7 +469,7 @@ def _worker_init(parent_pid: int, stop) -> None:
   of the `stop` event)."""
   interrupts.watch(stop)
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
-                             _ONE_THREAD_XLA_FLAGS).strip()
+                             ONE_THREAD_XLA_FLAGS).strip()
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
     import ctypes  # pylint: disable=g-import-not-at-top
     import signal  # pylint: disable=g-import-not-at-top
