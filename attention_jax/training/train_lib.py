@@ -93,8 +93,11 @@ class EnsembleTrainer:
 
   def __init__(self, run: RunConfig, data, seeds: tuple[int, ...] | None = None,
                mesh: Mesh | None = None):
-    if not isinstance(run, RunConfig):  # Transitional: an older caller's (sweep config,
-      run, data, seeds, mesh = run.point(data), seeds, mesh, None  # arm, data, seeds).
+    """`seeds` default to `range(run.seeds)`; `mesh` splits batches over its devices."""
+    if not isinstance(run, RunConfig):
+      # Transitional, for a caller not yet changed (experiments/benchmarks/
+      # calibration.py): `(sweep config, arm, data, seeds)`.
+      run, data, seeds, mesh = run.point(data), seeds, mesh, None
     self.run_config, self.arm, self.data = run, run.arm, data
     self.seeds = tuple(int(s) for s in (range(run.seeds) if seeds is None else seeds))
     self.tok = data.tokenizer
