@@ -690,7 +690,8 @@ def _train_step_case(program: str, case: str, cfg, arm, steps: int | None) -> Ca
     from attention_jax.data import batching  # pylint: disable=g-import-not-at-top
     from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
     width = int(batching.padded_length(cfg.max_length + 1))
-    trainer = train_lib.EnsembleTrainer(cfg, arm, _ShapeOnlyData(cfg.vocab_size, cfg.max_length),
+    trainer = train_lib.EnsembleTrainer(cfg.point(arm),
+                                        _ShapeOnlyData(cfg.vocab_size, cfg.max_length),
                                         tuple(range(cfg.seeds)))
     ints = jax.ShapeDtypeStruct((cfg.batch_size, width), jnp.int32)
     args = (trainer.params, trainer.rest, trainer.opt_state,

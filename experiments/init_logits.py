@@ -10,8 +10,8 @@ hence the scores are divided by √d_k. This command checks the premise and the
 consequence on the models of this repository, as they are built, on real
 training batches, without a single training step.
 
-Models (built by `train_lib.model_for`, initialised as the trainer does,
-`Model(config, rngs=nnx.Rngs(--seed))`):
+Models (built by the sweep point's model config, `cfg.point(arm).model.build`,
+and initialised as the trainer does, `Model(config, rngs=nnx.Rngs(--seed))`):
   transformer  d_model 128, 2 heads, d_ff 512, 2 encoder + 2 decoder layers
                (flags), post-LN, per-head query/key size d_k = the swept dim;
                every attention module: encoder self, decoder self (causal),
@@ -101,7 +101,6 @@ from attention_jax.training import config as config_lib
 from attention_jax.training import diagnostics
 from attention_jax.training import scaling
 from attention_jax.training import steps
-from attention_jax.training import train_lib
 
 MODELS = ("transformer", "rnn")
 INITS = ("default", "premise")
@@ -180,7 +179,8 @@ class Settings:
 
 def experiment_config(settings: Settings, model: str) -> config_lib.ExperimentConfig:
   """The quick preset's data settings with this run's model sizes: what
-  `train_lib.model_for` needs to build the model the trainer would build."""
+  the model config (`cfg.point(arm).model`) needs to build the model the
+  trainer would build."""
   common = dict(dataset=settings.dataset, vocab_size=settings.vocab_size,
                 max_length=settings.max_length, batch_size=settings.batch_size,
                 data_seed=settings.data_seed, arms=settings.scores(model),
@@ -195,7 +195,8 @@ def experiment_config(settings: Settings, model: str) -> config_lib.ExperimentCo
 def build_model(settings: Settings, model: str, score: str, dim: int, data) -> nnx.Module:
   """The model as the trainer initialises it (one seed, `settings.seed`)."""
   cfg = experiment_config(settings, model)
-  model_cls, model_config = train_lib.model_for(cfg, config_lib.Arm.of(score, dim), data)
+  arm = config_lib.Arm.of(score, dim)
+  model_cls, model_config = cfg.point(arm).model.build(arm, data)
   return model_cls(model_config, rngs=nnx.Rngs(settings.seed))
 
 
@@ -900,7 +901,7 @@ decoder layer(s) {rnn.hidden_dim}, Luong decoder).
 
 ## The two initialisations
 
-- **default**: the model exactly as `train_lib.model_for` builds it and the
+- **default**: the model exactly as `cfg.point(arm).model.build` makes it and the
   trainer initialises it: every projection Glorot/Xavier uniform
   (`layers.GLOROT`, variance 2 / (fan_in + fan_out)), zero biases.
 - **premise**: {premise_text}

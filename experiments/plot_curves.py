@@ -31,8 +31,8 @@ def main(argv):
     if not os.path.isfile(path):
       sys.exit(f"error: `--run` {label!r}: no file {path!r}.")
     runs[label] = path
-  from attention_jax.training import reporting, train_lib  # heavy imports after the checks
-  histories = {label: train_lib.MetricsLog(path).read() for label, path in runs.items()}
+  from attention_jax.training import metrics_log, reporting  # heavy imports after the checks
+  histories = {label: metrics_log.MetricsLog(path).read() for label, path in runs.items()}
   reporting.plot_validation(histories, list(runs), FLAGS.out)
   print(f"wrote {FLAGS.out}")
 

@@ -3,6 +3,8 @@
 `ExperimentConfig` holds every knob of a training run or an ablation sweep;
 the absl drivers in `experiments/` expose each field as a flag of the same
 name, start from a preset, and let explicitly given flags override it.
+`ExperimentConfig.point(arm)` groups the fields of one sweep point by concern
+(`run_config.RunConfig`, with a config per model family) for the trainer.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 from attention_jax import registry
 from attention_jax.data import input_pipeline
 from attention_jax.training import presets
+from attention_jax.training import run_config
 
 ARMS = registry.ARMS  # every score of the registry, and the RNN decoders without attention
 MODELS = ("rnn", "transformer")
@@ -198,6 +201,11 @@ class ExperimentConfig:
   def runs(self, arm: str, dim: int) -> bool:
     """Whether the sweep trains `arm` at `dim`."""
     return not (arm == "additive" and self.additive_max_dim and dim > self.additive_max_dim)
+
+  def point(self, arm: Arm) -> run_config.RunConfig:
+    """The settings of the sweep point `arm`, grouped by concern: what the
+    trainer receives."""
+    return run_config.RunConfig.of(self, arm)
 
   def replace(self, **changes) -> "ExperimentConfig":
     return dataclasses.replace(self, **changes)

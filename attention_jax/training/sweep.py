@@ -43,6 +43,8 @@ from attention_jax.data import input_pipeline
 from attention_jax.training import checkpoints
 from attention_jax.training import config as config_lib
 from attention_jax.training import interrupts
+from attention_jax.training import memory
+from attention_jax.training import metrics_log
 from attention_jax.training import multihost
 from attention_jax.training import provenance
 from attention_jax.training import reporting
@@ -176,7 +178,7 @@ def write_reports(workdir: str, cfg: ExperimentConfig) -> str:
   for arm in cfg.arms:
     for dim in cfg.dims:
       run_dir = group_dir(workdir, arm, dim)
-      log = train_lib.MetricsLog(os.path.join(run_dir, "metrics.jsonl")).read()
+      log = metrics_log.MetricsLog(os.path.join(run_dir, "metrics.jsonl")).read()
       if log:
         histories[(arm, dim)] = log
       att_path = os.path.join(run_dir, "attention.json")
@@ -226,8 +228,8 @@ def write_grid_reports(workdir: str, cfg: ExperimentConfig,
         tests[(p.name, arm, dim)] = result
     for arm in cfg.arms:
       for dim in cfg.dims:
-        log = train_lib.MetricsLog(os.path.join(group_dir(folder, arm, dim), "metrics.jsonl"),
-                                   write=False).read()
+        log = metrics_log.MetricsLog(os.path.join(group_dir(folder, arm, dim), "metrics.jsonl"),
+                                     write=False).read()
         if log:
           histories.setdefault(p.name, {})[(arm, dim)] = log
   reporting.write_jsonl(os.path.join(workdir, "results.jsonl"), rows)
@@ -293,13 +295,13 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   single-threaded process (largest dimension first, so the longest runs
   start first); otherwise one after another here. A run whose parameters
   and optimiser state alone cannot fit in memory is refused before the
-  workdir is made (`train_lib.check_memory`).
+  workdir is made (`memory.check_memory`).
   """
   points = config_lib.grid(cfg, axes) if axes else None
   loaded = {} if data is None else {_data_key(cfg): data}
   for point_cfg, _ in _targets(cfg, workdir, points):  # before anything is made
     for arm in point_cfg.sweep():
-      train_lib.check_memory(point_cfg, arm, _data(point_cfg, loaded))
+      memory.check_memory(point_cfg.point(arm), _data(point_cfg, loaded))
   provenance.fields()  # the commit as the run starts, not as it ends hours later
   os.makedirs(workdir, exist_ok=True)
   if not multihost.is_primary():  # the primary holds the locks and writes every file
@@ -435,7 +437,7 @@ def train_group(cfg: ExperimentConfig, workdir: str, arm: config_lib.Arm, data, 
   if deadline is not None and multihost.agree(time.time() > deadline):
     return False
   run_dir = group_dir(workdir, arm.name, arm.attention_dim)
-  trainer = train_lib.EnsembleTrainer(cfg, arm, data, tuple(range(cfg.seeds)), mesh=mesh)
+  trainer = train_lib.EnsembleTrainer(cfg.point(arm), data, tuple(range(cfg.seeds)), mesh=mesh)
   log(f"[{arm.label}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
   result = trainer.run(run_dir, log=log, deadline=deadline)
   if result is None:

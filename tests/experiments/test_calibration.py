@@ -3,7 +3,7 @@ and the final evaluation's time estimate a sweep piece stops before."""
 
 import pytest
 
-from attention_jax.training import train_lib
+from attention_jax.training import evaluation
 from experiments.benchmarks import calibration as cal
 
 
@@ -74,7 +74,7 @@ def test_default_cells_are_the_extremes():
 
 def test_final_evaluation_estimate_scales_the_slowest_validation():
   # 500 greedy validation sentences in 10 s -> 1958 test sentences at beam 10
-  assert train_lib.final_evaluation_seconds(10.0, 500, 1, 1958, 10) == pytest.approx(
+  assert evaluation.final_evaluation_seconds(10.0, 500, 1, 1958, 10) == pytest.approx(
       10.0 * 1958 * 10 / 500)
-  assert train_lib.final_evaluation_seconds(10.0, 500, 1, 100, 1) == 10.0  # never below one
-  assert train_lib.final_evaluation_seconds(0.0, 500, 1, 1958, 10) == 0.0  # nothing timed
+  assert evaluation.final_evaluation_seconds(10.0, 500, 1, 100, 1) == 10.0  # never below one
+  assert evaluation.final_evaluation_seconds(0.0, 500, 1, 1958, 10) == 0.0  # nothing timed

@@ -119,7 +119,7 @@ def _one_step(model, arm, dim, dtype, seeds=(0,), steps=1, precision=None):
                            dropout=0.0)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   with jax.default_matmul_precision(precision or "default"):
-    trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of(arm, dim), data, seeds)
+    trainer = train_lib.EnsembleTrainer(cfg.point(config.Arm.of(arm, dim)), data, seeds)
     batches = trainer._train_batches(0)
     losses = np.stack([trainer.train_step(next(batches), s) for s in range(steps)])
   return trainer, losses

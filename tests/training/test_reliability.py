@@ -15,9 +15,9 @@ import pytest
 
 from attention_jax.training import checkpoints
 from attention_jax.training import config
+from attention_jax.training import metrics_log
 from attention_jax.training import reporting
 from attention_jax.training import sweep
-from attention_jax.training import train_lib
 from attention_jax.training import workdir_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -114,7 +114,7 @@ def test_leftovers_of_killed_writes_are_removed_but_checkpoints_untouched(tmp_pa
 def test_a_metrics_log_deleted_mid_run_is_rewritten_in_full_with_a_warning(tmp_path):
   path = str(tmp_path / "metrics.jsonl")
   lines = []
-  log = train_lib.MetricsLog(path, log=lines.append)
+  log = metrics_log.MetricsLog(path, log=lines.append)
   log.truncate_after(0)
   for step in range(1, 7):
     log.append({"step": step})
@@ -137,7 +137,7 @@ def _refuse(constant):
 def test_non_finite_numbers_are_written_as_null_in_every_row(tmp_path):
   path = tmp_path / "metrics.jsonl"
   path.write_text('{"step": 1, "seed": 0, "loss": NaN}\n')  # as an older version wrote it
-  log = train_lib.MetricsLog(str(path), log=lambda _: None)
+  log = metrics_log.MetricsLog(str(path), log=lambda _: None)
   log.truncate_after(5)
   log.append({"step": 2, "seed": 0, "loss": float("nan"), "max_logit": float("inf"),
               "diagnostics": {"entropy": -float("inf"), "saturated": np.float32("nan")}})

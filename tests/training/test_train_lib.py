@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from attention_jax.data import input_pipeline
-from attention_jax.training import config, reporting, significance, steps, train_lib
+from attention_jax.training import checkpoints, config, evaluation, memory, metrics_log
+from attention_jax.training import reporting, run_config, significance, steps, train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,9 +25,14 @@ def _cfg(**kw):
   return config.from_preset("smoke", **{"arms": ("additive",), "dims": (8,), **kw})
 
 
+def _trainer(cfg, arm, data, seeds, **kw):
+  """The trainer of `cfg`'s point `arm` at dimension `cfg.dims[0]`."""
+  return train_lib.EnsembleTrainer(cfg.point(config.Arm.of(arm, cfg.dims[0])), data, seeds, **kw)
+
+
 def _train(cfg, seeds, steps=3):
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, seeds)
+  trainer = _trainer(cfg, "additive", data, seeds)
   batches = trainer._train_batches(0)
   losses = [trainer.train_step(next(batches), s) for s in range(steps)]
   return trainer, np.stack(losses)
@@ -43,6 +49,16 @@ def test_vmapped_seeds_equal_separate_runs():
   # different seeds really are different models
   p = jax.tree.leaves(joint.params)[0]
   assert not np.allclose(np.asarray(p)[0], np.asarray(p)[1])
+
+
+def test_the_trainer_still_takes_the_sweep_config_and_an_arm_for_unchanged_callers():
+  # experiments/benchmarks/calibration.py builds it as (cfg, arm, data, seeds)
+  cfg = _cfg()
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  arm = config.Arm.of("additive", 8)
+  trainer = train_lib.EnsembleTrainer(cfg, arm, data, (1,))
+  assert trainer.run_config == cfg.point(arm) and trainer.seeds == (1,)
+  assert trainer.val_beam_size == cfg.beam_size and trainer.placement.mesh is None
 
 
 def test_token_loss_ignores_padding():
@@ -76,8 +92,8 @@ def test_perplexity_is_exp_of_token_nll_over_the_whole_split():
   own teacher-forced log-probabilities, batch by batch over the split."""
   cfg = _cfg()
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0, 1))
-  ppl = trainer.perplexity(trainer.params, "validation")
+  trainer = _trainer(cfg, "additive", data, (0, 1))
+  ppl = trainer.evaluator.perplexity(trainer.params, "validation")
   assert ppl.shape == (2,)
   nll, ntok, rows = np.zeros(2), 0, 0
   apply = jax.jit(trainer._apply)  # one model's logits (eager, this loop took ~160 s)
@@ -105,13 +121,19 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
   cfg = _cfg(steps=4, eval_every=2, diag_every=2, checkpoint_every=2, log_every=2,
              eval_examples=8, test_examples=8)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0, 1))
+  trainer = _trainer(cfg, "additive", data, (0, 1))
   if poison == "nan_params":
-    trainer.params = jax.tree.map(lambda x: x.at[1].set(np.nan), trainer.params)
+    trainer.state = trainer.state.replace(
+        params=jax.tree.map(lambda x: x.at[1].set(np.nan), trainer.params))
   else:
     trainer.diverged_loss = 0.0  # every loss counts as exploded...
-    real = trainer.train_step
-    trainer.train_step = lambda batch, step: real(batch, step) * np.array([0.0, 1.0])  # ...for seed 1
+    real = trainer.step
+
+    def step(state, batch):  # ...for seed 1
+      state = real(state, batch)
+      return state.replace(loss=state.loss * np.array([0.0, 1.0]))
+
+    trainer.step = step
   lines = []
   result = trainer.run(str(tmp_path), log=lines.append)
   good, bad = result.rows
@@ -119,7 +141,7 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
   assert good["diverged_at_step"] is None and good["test_bleu"] is not None
   assert result.translations["hypotheses"][1] is None
   assert sum("diverged at step 1" in line for line in lines) == 1  # said once, not per step
-  metrics = train_lib.MetricsLog(str(tmp_path / "metrics.jsonl")).read()
+  metrics = metrics_log.MetricsLog(str(tmp_path / "metrics.jsonl")).read()
   assert all(r["val_bleu"] is None for r in metrics if r["seed"] == 1 and "val_bleu" in r)
   # Strict JSON on every line: a NaN loss is written as null, not as a bare NaN.
   with open(tmp_path / "metrics.jsonl") as f:
@@ -133,6 +155,37 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
   assert significance.compare_runs(other, result.translations)["p"] and \
       significance.compare_runs({**other, "hypotheses": [None, None]},
                                 result.translations)["delta"] is None
+
+
+def test_a_run_resumed_from_its_checkpoint_gives_the_uninterrupted_runs_numbers(tmp_path):
+  """A run paused by its deadline right after the checkpoint of step 2, then
+  resumed, logs the same metrics byte for byte and ends in the same rows as
+  the run trained in one go: the checkpoint holds everything a step needs."""
+  cfg = _cfg(steps=4, eval_every=2, diag_every=2, checkpoint_every=2, log_every=2,
+             eval_examples=8, test_examples=8)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  quiet = lambda _: None
+  whole = _trainer(cfg, "additive", data, (0, 1)).run(str(tmp_path / "whole"), log=quiet)
+  lines = []
+  paused = _trainer(cfg, "additive", data, (0, 1)).run(str(tmp_path / "pieces"),
+                                                         log=lines.append, deadline=0.0)
+  assert paused is None and any("time budget reached at step 2" in l for l in lines)
+  trainer = _trainer(cfg, "additive", data, (0, 1))
+  _, meta = checkpoints.Checkpointer(str(tmp_path / "pieces" / "checkpoints")).restore_latest(
+      trainer.state.arrays())
+  assert list(meta) == ["step", "train_seconds", "best_bleu", "best_step", "diverged_at"]
+  assert meta["step"] == 2 and meta["best_step"] == [2, 2] and meta["diverged_at"] == [0, 0]
+  lines = []
+  resumed = trainer.run(str(tmp_path / "pieces"), log=lines.append)
+  assert "[additive d=8] resumed at step 2" in lines
+  assert not any("step 2/4" in line for line in lines)  # no step trained twice
+  timeless = lambda rows: [{k: v for k, v in r.items() if k != "train_seconds"} for r in rows]
+  assert timeless(resumed.rows) == timeless(whole.rows)
+  assert resumed.translations == whole.translations
+  for run in ("whole", "pieces"):
+    assert (tmp_path / run / "metrics.jsonl").exists()
+  assert ((tmp_path / "pieces" / "metrics.jsonl").read_bytes()
+          == (tmp_path / "whole" / "metrics.jsonl").read_bytes())
 
 
 def test_decoder_input_shifts_right_and_keeps_filler_rows_empty():
@@ -151,7 +204,8 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
       data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
       out = []
       for mesh in (None, jax.sharding.Mesh(np.asarray(jax.devices()), ("data",))):
-        t = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0, 1), mesh=mesh)
+        t = train_lib.EnsembleTrainer(cfg.point(config.Arm.of("additive", 8)), data, (0, 1),
+                                      mesh=mesh)
         it = t._train_batches(0)
         losses = [t.train_step(next(it), s) for s in range(3)]
         out.append((np.stack(losses), jax.tree.leaves(t.params)))
@@ -168,12 +222,15 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
   assert "SHARDED-OK" in proc.stdout, proc.stderr[-3000:]
 
 
-def test_model_for_the_transformer_honours_both_depths_and_fits_every_split():
+def test_the_transformer_config_honours_both_depths_and_fits_every_split():
   # --encoder_layers used to be ignored (the encoder got decoder_layers)
   cfg = _cfg(model="transformer", arms=("scaled_dot",), encoder_layers=1, decoder_layers=2,
              hidden_dim=16, num_heads=2)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  cls, model_config = train_lib.model_for(cfg, config.Arm.of("scaled_dot", 8), data)
+  arm = config.Arm.of("scaled_dot", 8)
+  model = cfg.point(arm).model
+  assert isinstance(model, run_config.TransformerConfig) and model.d_model == 16
+  cls, model_config = model.build(arm, data)
   assert (model_config.num_encoder_layers, model_config.num_layers) == (1, 2)
   assert model_config.head_dim == 8
   longest = max(int(data.token_ids(s)[0].lengths.max()) for s in ("train", "validation", "test"))
@@ -188,13 +245,13 @@ def test_the_location_score_is_built_for_every_sentence_evaluation_sees():
   widest = max(b.src.shape[1] for split in ("validation", "test")
                for b in data.batches(split, cfg.eval_batch_size, shuffle=False))
   assert widest > cfg.max_length + 1
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("location", 8), data, (0,))
-  assert trainer.model_config.max_source_length == widest == train_lib.batch_width(data)
-  trainer.check_eval_memory(log=lambda _: None)
+  trainer = _trainer(cfg, "location", data, (0,))
+  assert trainer.model_config.max_source_length == widest == run_config.batch_width(data)
+  trainer.evaluator.check_memory(log=lambda _: None)
   batches = trainer._train_batches(0)
   assert np.isfinite(trainer.train_step(next(batches), 0)).all()
-  bleu = trainer.bleu(trainer.params, "validation", 0, trainer.val_beam_size)
-  ppl = trainer.perplexity(trainer.params, "validation")
+  bleu = trainer.evaluator.bleu(trainer.params, "validation", 0, trainer.evaluator.val_beam_size)
+  ppl = trainer.evaluator.perplexity(trainer.params, "validation")
   assert 0 <= bleu[0] <= 100 and np.isfinite(ppl[0]) and ppl[0] >= 1
 
 
@@ -202,20 +259,20 @@ def test_the_training_state_is_measured_without_allocating_it():
   cfg = _cfg(seeds=2)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   arm = config.Arm.of("additive", 8)
-  count, need = train_lib.state_bytes(cfg, arm, data)
-  trainer = train_lib.EnsembleTrainer(cfg, arm, data, (0, 1))
-  held = sum(x.nbytes for x in jax.tree.leaves(trainer.arrays()))  # params, Adam, best copy
+  count, need = memory.state_bytes(cfg.point(arm), data)
+  trainer = _trainer(cfg, "additive", data, (0, 1))
+  held = sum(x.nbytes for x in jax.tree.leaves(trainer.state.arrays()))  # params, Adam, best
   assert count == trainer.num_params and need == 4 * 4 * count * 2
   assert need <= held <= need + 64  # and Adam's step counters
-  train_lib.check_memory(cfg, arm, data, available=need)  # fits exactly
+  memory.check_memory(cfg.point(arm), data, available=need)  # fits exactly
   with pytest.raises(ValueError, match=r"additive d=8: 2 seed\(s\) .* --dims") as info:
-    train_lib.check_memory(cfg, arm, data, available=need - 1)
+    memory.check_memory(cfg.point(arm), data, available=need - 1)
   assert "\n" not in str(info.value)
   two = _cfg(seeds=2, workers=2)  # two worker processes share the memory
   with pytest.raises(ValueError, match="shared by 2 --workers"):
-    train_lib.check_memory(two, arm, data, available=2 * need - 1)
+    memory.check_memory(two.point(arm), data, available=2 * need - 1)
   # An absurd size is measured in an instant: nothing of it is allocated.
-  huge_count, huge = train_lib.state_bytes(cfg, config.Arm.of("additive", 10**9), data)
+  huge_count, huge = memory.state_bytes(cfg.point(config.Arm.of("additive", 10**9)), data)
   assert huge_count > 6 * 10**10 and huge > 10**12
 
 
@@ -235,7 +292,7 @@ def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, a
   extra = dict(hidden_dim=16, num_heads=2) if model == "transformer" else {}
   cfg = _cfg(model=model, arms=(arm,), **extra)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of(arm, 8), data, (0,))
+  trainer = _trainer(cfg, arm, data, (0,))
   batches = trainer._train_batches(0)
   losses = [float(trainer.train_step(next(batches), s)[0]) for s in range(2)]
   assert all(np.isfinite(losses))
@@ -249,7 +306,7 @@ def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, a
       np.testing.assert_allclose(value, np.log2(length ** 2 - length), atol=0.05)
   else:
     assert not g
-  stats = trainer.diagnose(next(batches))
+  stats = trainer.diagnose(trainer.params, next(batches))
   peak = float(stats["max_logit"][0])
   logged = sorted(k for k in stats if k.startswith("qk_norm_g"))
   if arm == "qk_norm":  # |g · cos| <= g
@@ -273,7 +330,7 @@ def _big_dk_trainer(**kw):
   cfg = _cfg(model="transformer", arms=("dot",), dims=(512,), hidden_dim=16, num_heads=2,
              eval_batch_size=64, beam_size=4, **kw)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  return train_lib.EnsembleTrainer(cfg, config.Arm.of("dot", 512), data, (0,))
+  return _trainer(cfg, "dot", data, (0,))
 
 
 def test_evaluation_batches_are_chosen_to_fit_the_memory_budget(tmp_path):
@@ -281,21 +338,22 @@ def test_evaluation_batches_are_chosen_to_fit_the_memory_budget(tmp_path):
   tiny = _big_dk_trainer(eval_memory_gb=1e-6)
   with pytest.raises(ValueError, match=r"beam4 on test needs .* GiB for one sentence.*"
                                        r"--eval_memory_gb"):
-    tiny.eval_batch_size("beam4", "test")
+    tiny.evaluator.eval_batch_size("beam4", "test")
   with pytest.raises(ValueError, match="eval_memory_gb"):
     tiny.run(str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run" / "checkpoints" / "1")
   # XLA's memory analysis of the beam-4 test decoding of 64 sentences (the
   # tiny budget forces the compiled figure, not the bound).
-  need = tiny._program_bytes("beam4", "test", 64)
+  need = tiny.evaluator._program_bytes("beam4", "test", 64)
   budget = need / 3
   trainer = _big_dk_trainer(eval_memory_gb=budget / 2**30)
-  size = trainer.eval_batch_size("beam4", "test")
+  evaluator = trainer.evaluator
+  size = evaluator.eval_batch_size("beam4", "test")
   assert 1 <= size < 64
-  assert trainer._program_bytes("beam4", "test", size) <= budget
-  assert trainer._program_bytes("beam4", "test", 2 * size) > budget  # not needlessly small
+  assert evaluator._program_bytes("beam4", "test", size) <= budget
+  assert evaluator._program_bytes("beam4", "test", 2 * size) > budget  # not needlessly small
   # and the decoding it chose runs and translates every test sentence
-  hyps, refs = trainer.translate(trainer.params, "test", 0, 4)
+  hyps, refs = evaluator.translate(trainer.params, "test", 0, 4)
   assert len(hyps[0]) == len(refs) == len(trainer.data.texts("test")[0])
 
 
@@ -303,8 +361,8 @@ def test_transformer_diagnostics_cover_every_layer_and_kind():
   cfg = _cfg(model="transformer", arms=("scaled_dot",), hidden_dim=16, num_heads=2,
              encoder_layers=2, decoder_layers=1)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("scaled_dot", 8), data, (0, 1))
-  stats = trainer.diagnose(next(trainer._train_batches(0)))
+  trainer = _trainer(cfg, "scaled_dot", data, (0, 1))
+  stats = trainer.diagnose(trainer.params, next(trainer._train_batches(0)))
   kinds = {"encoder_self": 2, "decoder_self": 1, "cross": 1}
   for name in ("logit_std", "entropy", "saturated", "max_logit"):
     per_layer = {k for k in stats if k.startswith(name + "_") and k[len(name) + 1:].split(
@@ -334,17 +392,17 @@ def test_a_piece_stops_before_a_final_evaluation_that_would_pass_its_deadline(tm
     asked.append(args)
     return 1e6  # seconds: far beyond any deadline below
 
-  monkeypatch.setattr(train_lib, "final_evaluation_seconds", long_evaluation)
+  monkeypatch.setattr(evaluation, "final_evaluation_seconds", long_evaluation)
   deadline = __import__("time").time() + 3600
   lines = []
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0,))
+  trainer = _trainer(cfg, "additive", data, (0,))
   assert trainer.run(str(tmp_path), log=lines.append, deadline=deadline) is None
   assert asked and asked[0][0] > 0  # estimated from a timed validation
   assert asked[0][1:] == (8, cfg.val_beam_size or cfg.beam_size, 8, cfg.beam_size)
   assert any("would pass the time budget" in line for line in lines)
   # The next piece: resumed at the last step, evaluated without training.
   lines = []
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of("additive", 8), data, (0,))
+  trainer = _trainer(cfg, "additive", data, (0,))
   result = trainer.run(str(tmp_path), log=lines.append, deadline=deadline)
   assert result is not None and result.rows[0]["steps"] == 4
   assert result.rows[0]["test_bleu"] is not None

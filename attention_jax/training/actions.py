@@ -1,0 +1,221 @@
+"""The periodic actions of one `EnsembleTrainer.run`, and its final evaluation.
+
+After every step, in this order (each also after the last step):
+
+  every step          a member whose loss exploded is marked diverged; all
+                      diverged: training ends and goes to the final evaluation
+  `log_every`         a progress line (losses, target tokens/s, ETA)
+  `diag_every`        softmax diagnostics of a fixed validation batch
+  `eval_every`        validation BLEU and perplexity; each member keeps its best
+  `checkpoint_every`  a checkpoint, then the deadline: past it, training pauses
+  every step          SIGTERM or Ctrl-C: a checkpoint (if this step has none), stop
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import time
+from typing import TYPE_CHECKING, Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from attention_jax.training import interrupts
+from attention_jax.training import multihost
+from attention_jax.training.metrics_log import rounded
+from attention_jax.training.periodic import PeriodicAction
+
+if TYPE_CHECKING:
+  from attention_jax.training.train_lib import EnsembleTrainer, TrainState
+
+# Why an action ended the loop early.
+ALL_DIVERGED = "all diverged"  # goes on to the final evaluation
+PAUSED = "paused"  # the deadline: the checkpoint is saved, a re-run resumes
+
+
+@dataclasses.dataclass
+class GroupResult:
+  """What one finished (arm, dim) configuration produced, per seed."""
+  rows: list[dict[str, Any]]
+  attention: dict[str, Any] | None  # one test sentence's alignment (seed 0), for plots
+  # The final test translations: {"references": [N], "hypotheses": [E][N]}
+  # (detokenised), kept for significance tests between runs.
+  translations: dict[str, Any] | None = None
+
+
+@jax.jit  # compiled, so that with several processes the result is one global array
+def keep_better(better, new, old):
+  """Members flagged in `better [E]` take `new`, the others keep `old`."""
+  return jax.tree.map(
+      lambda n, o: jnp.where(better.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
+
+
+class RunActions:
+  """The actions of one `run` call and what they share: its checkpointer,
+  metrics log, TensorBoard writer, log, deadline and timers."""
+
+  def __init__(self, trainer: EnsembleTrainer, ckpt, metrics, board,
+               log: Callable[[str], None], deadline: float | None):
+    self.trainer, self.evaluator = trainer, trainer.evaluator
+    self.ckpt, self.metrics, self.board, self.log = ckpt, metrics, board, log
+    self.deadline = deadline
+    self.label = trainer.arm.label
+    self.run = trainer.run_config
+    self.last_step = self.run.optimizer.steps
+    self.learning_rate = self.run.optimizer.learning_rate_schedule()
+    self.diag_batch = next(trainer.data.batches("validation", self.run.data.batch_size,
+                                                shuffle=False, repeat=False))
+    self.start_step = trainer.state.step
+    self.slowest_validation = 0.0  # seconds, of this call (the first one compiles the decoder)
+    self.saved_at = None  # the step of this call's latest checkpoint
+    self._restart_window()
+
+  def actions(self) -> list[PeriodicAction]:
+    p = self.run.periods
+    return [PeriodicAction(1, self.check_loss),
+            PeriodicAction(p.log_every, self.log_progress),
+            PeriodicAction(p.diag_every, self.diagnose),
+            PeriodicAction(p.eval_every, self.validate),
+            PeriodicAction(p.checkpoint_every, self.checkpoint),
+            PeriodicAction(p.checkpoint_every, self.stop_at_deadline),
+            PeriodicAction(1, self.stop_if_interrupted)]
+
+  def _restart_window(self) -> None:
+    self.window_tokens, self.window_seconds, self.window_start = 0, 0.0, time.time()
+
+  def advance(self, state: TrainState, batch) -> TrainState:
+    """One training step, timed; its target tokens count towards tokens/s."""
+    start = time.time()
+    state = self.trainer.step(state, batch)
+    seconds = time.time() - start
+    self.window_seconds += seconds
+    self.window_tokens += (int((batch.tgt != self.trainer.tok.pad_id).sum())
+                           * len(self.trainer.seeds))
+    return state.replace(train_seconds=state.train_seconds + seconds)
+
+  # --- the actions, in their order -------------------------------------------
+
+  def check_loss(self, state: TrainState):
+    state = self.trainer.mark_diverged(  # NaN is caught too
+        state, ~(np.abs(state.loss) <= self.trainer.diverged_loss),
+        f"loss {state.loss.tolist()}", self.log)
+    if state.diverged_at.all():
+      self.log(f"[{self.label}] every member diverged: training stops")
+      return state, ALL_DIVERGED
+    return state, None
+
+  def log_progress(self, state: TrainState):
+    # tokens/s over training steps only; the ETA from wall time (with evaluation).
+    step = state.step
+    rate = self.window_tokens / max(self.window_seconds, 1e-9)
+    self.board.every_seed(step, {"learning_rate": float(self.learning_rate(step)),
+                                 "tokens_per_second": rate})
+    eta = ((self.last_step - step) * (time.time() - self.window_start)
+           / max(self.run.periods.log_every, 1))
+    self.log(f"[{self.label}] step {step}/{self.last_step} loss "
+             f"{' '.join(f'{x:.3f}' for x in state.loss)} | {rate:,.0f} target tok/s | "
+             f"ETA {eta / 60:.1f} min")
+    self._restart_window()
+    return state, None
+
+  def diagnose(self, state: TrainState):
+    stats = self.trainer.diagnose(state.params, self.diag_batch)
+    for e, seed in enumerate(self.trainer.seeds):
+      self.metrics.append({"step": state.step, "seed": seed, "loss": float(state.loss[e]),
+                           **{k: rounded(v[e]) for k, v in stats.items()}})
+    return state, None
+
+  def validate(self, state: TrainState):
+    """Validation BLEU and perplexity; a member whose BLEU improved keeps
+    these parameters as its best."""
+    start = time.time()
+    state = self.trainer.check_params(state, self.log)  # the loss predates this step's update
+    scores, ppl = self.evaluator.validate(state.params, state.diverged_at == 0)
+    better = scores > state.best_bleu
+    state = state.replace(
+        best_bleu=np.where(better, scores, state.best_bleu),
+        best_step=np.where(better, state.step, state.best_step),
+        best_params=keep_better(self.trainer.placement.replicated(better), state.params,
+                                state.best_params))
+    for e, seed in enumerate(self.trainer.seeds):
+      self.metrics.append({"step": state.step, "seed": seed,
+                           "val_bleu": None if np.isnan(scores[e]) else float(scores[e]),
+                           "val_ppl": rounded(ppl[e])})
+    self.log(f"[{self.label}] step {state.step}: validation BLEU "
+             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
+             f"{' '.join(f'{p:.2f}' for p in ppl)}")
+    self.slowest_validation = max(self.slowest_validation, time.time() - start)
+    return state, None
+
+  def checkpoint(self, state: TrainState):
+    """The checkpoint of this step: arrays and the bookkeeping a resume needs."""
+    self.board.flush()  # on disk before the checkpoint: a resume purges only what follows
+    self.ckpt.save(state.step, state.arrays(), state.meta())
+    self.saved_at = state.step
+    return state, None
+
+  def stop_at_deadline(self, state: TrainState):
+    if (self.deadline is not None and state.step < self.last_step
+        and multihost.agree(time.time() > self.deadline)):
+      self.log(f"[{self.label}] time budget reached at step {state.step}; "
+               "checkpoint saved, re-run the same command to resume")
+      return state, PAUSED
+    return state, None
+
+  def stop_if_interrupted(self, state: TrainState):
+    # SIGTERM or Ctrl-C (`interrupts`): the steps so far are kept, and
+    # every process stops at the same step.
+    if multihost.anywhere(interrupts.requested() is not None):
+      if self.saved_at != state.step:
+        self.checkpoint(state)
+      signum = interrupts.requested() or signal.SIGTERM
+      self.log(f"[{self.label}] {signal.Signals(signum).name}: checkpoint saved at step "
+               f"{state.step}; re-run the same command to resume")
+      raise interrupts.Interrupted(signum)
+    return state, None
+
+  # --- after the loop ----------------------------------------------------------
+
+  def finish(self, state: TrainState, stop) -> tuple[TrainState, GroupResult | None]:
+    """The final evaluation after the loop ended with `stop`: the best
+    parameters' test BLEU, a row per member and the alignment heat map;
+    None instead where the deadline paused training or would pass during it."""
+    if stop == PAUSED:
+      return state, None
+    if self.deadline is not None and state.step == self.last_step > self.start_step:
+      # The last checkpoint is saved: a piece that would pass its deadline in
+      # the final test decode stops here, and the next one only evaluates.
+      estimate = self.evaluator.final_seconds(self.slowest_validation)
+      if multihost.agree(time.time() + estimate > self.deadline):
+        self.log(f"[{self.label}] trained to step {state.step}; the final evaluation "
+                 f"(estimated {estimate:.0f} s) would pass the time budget: checkpoint "
+                 "saved, re-run the same command to evaluate")
+        return state, None
+    state = self.trainer.check_params(state, self.log)
+    ok = state.diverged_at == 0
+    test = self.evaluator.final_test(state.best_params, ok)
+    final = self.trainer.diagnose(state.params, self.diag_batch)
+    rows = [self._row(state, e, ok[e], test, final) for e in range(len(ok))]
+    for e, seed in enumerate(self.trainer.seeds):
+      self.board.row({"step": state.step, "seed": seed, "test_bleu": test.bleu[e]})
+    attention = self.evaluator.alignment(state.best_params, "test")
+    return state, GroupResult(rows=rows, attention=attention, translations={
+        "references": test.references, "hypotheses": test.hypotheses})
+
+  def _row(self, state: TrainState, e: int, ok: bool, test, final) -> dict[str, Any]:
+    """The result row of member `e`."""
+    arm = self.run.arm
+    return {
+        "arm": arm.name, "dim": arm.attention_dim, "seed": self.trainer.seeds[e],
+        "model": self.run.model.name, "dataset": self.run.data.dataset,
+        "params": self.trainer.num_params, "steps": state.step,
+        "train_seconds": round(state.train_seconds, 2),
+        "val_bleu": round(float(state.best_bleu[e]), 4) if ok else None,
+        "best_step": int(state.best_step[e]),
+        "test_bleu": round(float(test.bleu[e]), 4) if ok else None,
+        "val_ppl": rounded(test.val_ppl[e]),
+        "diverged_at_step": int(state.diverged_at[e]) or None,
+        "diagnostics": {k: rounded(v[e]) for k, v in final.items()},
+    }

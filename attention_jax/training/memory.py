@@ -1,0 +1,168 @@
+"""Memory of a sweep point, measured before it is allocated.
+
+Two questions, asked before any work that could be lost: does the training
+state of a point fit (`check_memory`, from `jax.eval_shape` of the model's
+construction), and how many sentences per evaluation batch fit the
+evaluation budget (`largest_fitting_batch` over `program_bytes` of the
+traced program)?
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Callable
+
+from flax import nnx
+import jax
+import numpy as np
+
+if TYPE_CHECKING:
+  from attention_jax.training.run_config import RunConfig
+
+# What training keeps of every parameter whatever the batch: the parameter,
+# Adam's two moments and the best-validation copy (`train_lib.TrainState`).
+COPIES_PER_PARAMETER = 4
+
+
+def jaxpr_bytes(jaxpr) -> int:
+  """Bytes of every input and every value computed in `jaxpr` (a `ClosedJaxpr`
+  or `Jaxpr`), with the bodies of loops, branches and nested calls counted
+  once each: an upper bound on what the program holds live at any time,
+  apart from a loop's carry being both input and output. 0 for None."""
+  if jaxpr is None:
+    return 0
+  jaxpr = getattr(jaxpr, "jaxpr", jaxpr)
+
+  def size(var):
+    aval = getattr(var, "aval", None)
+    shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
+    if shape is None or dtype is None:
+      return 0
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+  def subs(value):
+    if hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
+      yield value
+    elif isinstance(value, (tuple, list)):
+      for v in value:
+        yield from subs(v)
+
+  total = sum(size(v) for v in list(jaxpr.invars) + list(jaxpr.constvars))
+  for eqn in jaxpr.eqns:
+    total += sum(size(v) for v in eqn.outvars)
+    for value in eqn.params.values():
+      for sub in subs(value):
+        inner = getattr(sub, "jaxpr", sub)
+        total += jaxpr_bytes(inner) - sum(size(v) for v in inner.invars)
+  return total
+
+
+def program_bytes(traced, budget: int) -> int:
+  """Bytes the traced program `traced` (`jax.jit(f).trace(...)`) needs: a
+  cheap upper bound when that fits `budget`, else XLA's memory analysis of
+  the compiled program (arguments, outputs and temporaries)."""
+  # Every value the program makes, summed, twice over (a loop's carry
+  # exists as input and output of its body) bounds what it can hold at
+  # once; when that bound fits, the compiler's own count is not needed.
+  bound = 2 * jaxpr_bytes(traced.jaxpr)
+  if bound <= budget:
+    return bound
+  memory = traced.lower().compile().memory_analysis()
+  return int(memory.argument_size_in_bytes + memory.output_size_in_bytes
+             + memory.temp_size_in_bytes)
+
+
+def largest_fitting_batch(measure: Callable[[int], int], budget: int, limit: int,
+                          what: str) -> int:
+  """The largest batch up to `limit` whose program, of `measure(size)` bytes,
+  fits `budget`. Memory grows linearly with the batch, so a line through the
+  sizes measured so far proposes the next, kept strictly between the largest
+  size known to fit and the smallest known not to. A ValueError naming
+  `what` (the program and split) and the budget if one sentence does not fit."""
+  fits, fails = 0, limit + 1
+  size, seen = limit, {}
+  while fails - fits > 1:
+    seen[size] = measure(size)
+    if seen[size] <= budget:
+      fits = size
+    else:
+      fails = size
+    if fails - fits <= 1:
+      break
+    (b0, m0), (b1, m1) = sorted(seen.items())[:1] * 2 if len(seen) == 1 else sorted(
+        seen.items(), key=lambda kv: abs(kv[1] - budget))[:2]
+    slope = (m1 - m0) / (b1 - b0) if b1 != b0 else m0 / b0
+    guess = int(b0 + (budget - m0) / slope) if slope > 0 else fits + 1
+    size = min(max(guess, fits + 1), fails - 1)
+  if fits == 0:
+    raise ValueError(
+        f"{what} needs {seen[1] / 2**30:.1f} GiB for one sentence, over the evaluation "
+        f"budget of {budget / 2**30:.1f} GiB (--eval_memory_gb); raise it or make the "
+        "model smaller.")
+  return fits
+
+
+def evaluation_budget(eval_memory_gb: float, workers: int) -> int:
+  """Bytes one evaluation program may use: `eval_memory_gb` GiB, or (0) half
+  the memory the system has available now, shared by the `workers`."""
+  if eval_memory_gb:
+    return int(eval_memory_gb * 2**30)
+  return int(0.5 * available_memory() / max(workers, 1))
+
+
+def state_bytes(run: RunConfig, data) -> tuple[int, int]:
+  """`(parameters of one model, bytes of the training state of the ensemble)`
+  of one sweep point: `COPIES_PER_PARAMETER` copies of every parameter for
+  each of the `run.seeds` members. From `jax.eval_shape` of the model's
+  construction: nothing is allocated, so an absurd size is measured, not
+  attempted. Activations and evaluation come on top."""
+  model_cls, model_config = run.model.build(run.arm, data)
+  abstract = nnx.eval_shape(lambda: model_cls(model_config, rngs=nnx.Rngs(0)))
+  leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
+  count = sum(int(np.prod(x.shape, dtype=np.int64)) for x in leaves)
+  size = sum(int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize for x in leaves)
+  return count, size * COPIES_PER_PARAMETER * run.seeds
+
+
+def check_memory(run: RunConfig, data, available: int | None = None) -> None:
+  """A ValueError of one line, naming the size flags, if the training state
+  of the point `run` (`state_bytes`) exceeds the memory it would live in
+  (`training_memory()` unless `available` is given), shared by the
+  `run.workers` processes that train at once. Called before anything is
+  made: a size that cannot fit ends in one line and no workdir, not in an
+  out-of-memory traceback after the workdir was made."""
+  count, need = state_bytes(run, data)
+  available = training_memory() if available is None else available
+  share = max(run.workers, 1)
+  if need > available / share:
+    shared = f", shared by {share} --workers" if share > 1 else ""
+    raise ValueError(
+        f"{run.arm.label}: {run.seeds} seed(s) of {count:,} parameters need "
+        f"{need / 2**30:,.1f} GiB for the parameters, Adam moments and best copy alone, "
+        f"over the {available / 2**30:,.1f} GiB of memory available{shared}; lower --dims "
+        "(--dim of experiments.train), --hidden_dim, --embed_dim, --ff_dim, --vocab_size "
+        "or --seeds.")
+
+
+def training_memory() -> int:
+  """Bytes the training state may take: an accelerator's own memory (its
+  `bytes_limit`; with data parallelism every device holds a replica), else
+  what the system has available (`available_memory`)."""
+  device = jax.devices()[0]
+  stats = device.memory_stats() if device.platform != "cpu" else None
+  if stats and stats.get("bytes_limit"):
+    return int(stats["bytes_limit"])
+  return available_memory()
+
+
+def available_memory() -> int:
+  """Bytes of memory the system can still give (Linux `MemAvailable`; with no
+  /proc/meminfo, the physical memory)."""
+  try:
+    with open("/proc/meminfo") as f:
+      for line in f:
+        if line.startswith("MemAvailable:"):
+          return int(line.split()[1]) * 1024
+  except OSError:
+    pass
+  return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")

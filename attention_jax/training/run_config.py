@@ -1,0 +1,231 @@
+"""The settings of one sweep point, grouped by concern, and the models they build.
+
+`ExperimentConfig` (config.py) stays the flat surface of the flags and the
+sweep's own config; `ExperimentConfig.point(arm)` derives the `RunConfig` of
+one (arm, dim) point from it, and that is all the trainer receives::
+
+    run = cfg.point(config.Arm.of("additive", 8))
+    model_cls, model_config = run.model.build(run.arm, data)
+    tx = run.optimizer.make()
+
+Each model family has its own config (`RnnConfig`, `TransformerConfig`, the
+latter naming its width `d_model` where the flag says `--hidden_dim`), able to
+build its model for an arm and a dataset's vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, ClassVar, Union
+
+import jax.numpy as jnp
+import optax
+
+from attention_jax import decoding
+from attention_jax import models
+from attention_jax import registry
+from attention_jax.data import batching
+
+if TYPE_CHECKING:  # config.py imports this module: the types only, for annotations
+  from attention_jax.training.config import Arm, ExperimentConfig
+
+SPLITS = ("train", "validation", "test")  # what the trainer reads of a dataset
+
+
+def _special(data, dropout: float, dtype: str) -> dict:
+  """The model-config fields every family takes from the vocabulary and precision."""
+  tok = data.tokenizer
+  return dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, eos_id=tok.eos_id,
+              sos_id=tok.sos_id, dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32,
+              param_dtype=jnp.float32, dropout=dropout)
+
+
+@dataclasses.dataclass(frozen=True)
+class RnnConfig:
+  """The RNN Seq2Seq: a bidirectional encoder and a Luong-style decoder.
+
+  `trained_length` is the longest training sequence with its <eos>
+  (`--max_length` + 1): the length a `needs_length` score (qk_norm) takes its
+  initial gain from, the length its runs were made with.
+  """
+  name: ClassVar[str] = "rnn"
+  cell: str
+  embed_dim: int
+  hidden_dim: int
+  encoder_layers: int
+  decoder_layers: int
+  dropout: float
+  dtype: str
+  trained_length: int
+
+  def build(self, arm: Arm, data) -> tuple[type, models.Seq2SeqConfig]:
+    """(model class, model config) for `arm` on `data`'s vocabulary. The
+    `location` score has one output per source position, so it is built for
+    the widest batch of `data` (`batch_width`): evaluation is not
+    length-filtered, and sized by the training limit it failed at the first
+    validation."""
+    attention = dict(decoder=arm.decoder)
+    if arm.has_attention:
+      attention.update(score=arm.score, attention_dim=arm.attention_dim)
+      if arm.score == "location":
+        attention["max_source_length"] = batch_width(data)
+      elif registry.SCORES[arm.score].needs_length:
+        attention["max_source_length"] = self.trained_length
+    return models.Seq2Seq, models.Seq2SeqConfig(
+        embed_dim=self.embed_dim, hidden_dim=self.hidden_dim,
+        encoder_layers=self.encoder_layers, bidirectional=True,
+        decoder_layers=self.decoder_layers, cell=self.cell, **attention,
+        **_special(data, self.dropout, self.dtype))
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """The Transformer: `encoder_layers` and `decoder_layers` of width `d_model`
+  (the `--hidden_dim` flag), `num_heads` heads, a `ff_dim` feed-forward layer,
+  LayerNorm `layer_norm` ('post' or 'pre') each sub-layer."""
+  name: ClassVar[str] = "transformer"
+  d_model: int
+  num_heads: int
+  ff_dim: int
+  encoder_layers: int
+  decoder_layers: int
+  dropout: float
+  layer_norm: str
+  dtype: str
+
+  def build(self, arm: Arm, data) -> tuple[type, models.TransformerConfig]:
+    """(model class, model config) for `arm` (its score and per-head d_k) on
+    `data`'s vocabulary, with a position table long enough for every split
+    (`transformer_positions`)."""
+    return models.Transformer, models.TransformerConfig(
+        num_layers=self.decoder_layers, encoder_layers=self.encoder_layers,
+        d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim, score=arm.score,
+        attention_dim=arm.attention_dim, pre_layer_norm=self.layer_norm == "pre",
+        max_length=transformer_positions(data), **_special(data, self.dropout, self.dtype))
+
+
+ModelConfig = Union[RnnConfig, TransformerConfig]
+
+
+def transformer_positions(data) -> int:
+  """Rows of the Transformer's position table for `data`: evaluation batches
+  are not length-filtered, so the longest source of the splits the trainer
+  reads (train, validation, test), padded to its
+  batch grid (`batching.padded_length`, + <eos>), must fit, and so must the
+  longest output decoding gives that source (`decoding.output_length`)."""
+  longest = max(int(data.token_ids(split)[0].lengths.max(initial=0)) for split in SPLITS)
+  source = int(batching.padded_length(longest + 1))
+  return max(source, decoding.output_length(None, source))
+
+
+def batch_width(data) -> int:
+  """The widest batch any pass over `data`'s train, validation or test split
+  can give: a batch's sources and targets share one padded length
+  (`batching.padded_length` of the longest of either, + <eos>), and
+  evaluation passes keep sentences of every length."""
+  longest = max(int(ids.lengths.max(initial=0))
+                for split in SPLITS for ids in data.token_ids(split))
+  return int(batching.padded_length(longest + 1))
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerConfig:
+  """`steps` of Adam (β₂ = `adam_b2`) with global-norm clipping at `clip_norm`,
+  on a label-smoothed cross entropy, at a learning rate that warms up
+  linearly for `warmup_steps`, then stays or decays ('cosine') to 10%."""
+  steps: int
+  learning_rate: float
+  adam_b2: float
+  schedule: str
+  warmup_steps: int
+  clip_norm: float
+  label_smoothing: float
+
+  def learning_rate_schedule(self) -> optax.Schedule:
+    """Linear warm-up, then constant or cosine decay to 10% at the end."""
+    if self.schedule == "cosine":
+      return optax.warmup_cosine_decay_schedule(
+          init_value=0.0, peak_value=self.learning_rate, warmup_steps=self.warmup_steps,
+          decay_steps=max(self.steps, self.warmup_steps + 1),
+          end_value=0.1 * self.learning_rate)
+    if self.warmup_steps:
+      return optax.join_schedules(
+          [optax.linear_schedule(0.0, self.learning_rate, self.warmup_steps),
+           optax.constant_schedule(self.learning_rate)], [self.warmup_steps])
+    return optax.constant_schedule(self.learning_rate)
+
+  def make(self) -> optax.GradientTransformation:
+    """Adam on `learning_rate_schedule`, after global-norm clipping."""
+    return optax.chain(optax.clip_by_global_norm(self.clip_norm),
+                       optax.adam(self.learning_rate_schedule(), b2=self.adam_b2))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataConfig:
+  """Which data, and how the training stream batches it: `batch_size`
+  sentences of at most `max_length` tokens, shuffled by `data_seed` (the
+  same batches for every member)."""
+  dataset: str
+  data_dir: str
+  vocab_size: int
+  max_length: int
+  batch_size: int
+  data_seed: int
+
+
+@dataclasses.dataclass(frozen=True)
+class EvalConfig:
+  """Validation and test decoding: beam widths, length penalty, how many
+  sentences (0 = all), and the batches' size limit and memory budget."""
+  beam_size: int
+  val_beam_size: int  # 0: `beam_size`
+  length_penalty: float
+  eval_examples: int
+  test_examples: int
+  eval_batch_size: int
+  eval_memory_gb: float  # 0: half the memory available, shared by the workers
+
+  @property
+  def validation_beam(self) -> int:
+    """The beam width of in-training validation."""
+    return self.val_beam_size or self.beam_size
+
+
+@dataclasses.dataclass(frozen=True)
+class Periods:
+  """Steps between the training loop's periodic actions (each also runs
+  after the last step), and the sweep's time budget."""
+  log_every: int
+  diag_every: int
+  eval_every: int
+  checkpoint_every: int
+  max_minutes: float  # 0: no limit
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """Everything one (arm, dim) point of a sweep is trained and evaluated
+  with: `seeds` members of `model` with attention `arm`; `workers` processes
+  share the machine's memory."""
+  arm: Arm
+  model: ModelConfig
+  data: DataConfig
+  optimizer: OptimizerConfig
+  evaluation: EvalConfig
+  periods: Periods
+  seeds: int
+  workers: int
+
+  @classmethod
+  def of(cls, cfg: ExperimentConfig, arm: Arm) -> RunConfig:
+    """The point `arm` of the sweep `cfg`, its flat fields grouped by concern."""
+    take = lambda kind, **extra: kind(**{f.name: getattr(cfg, f.name)
+                                         for f in dataclasses.fields(kind)
+                                         if f.name not in extra}, **extra)
+    if cfg.model == "rnn":
+      model = take(RnnConfig, trained_length=cfg.max_length + 1)  # + <eos>
+    else:
+      model = take(TransformerConfig, d_model=cfg.hidden_dim)
+    return cls(arm=arm, model=model, data=take(DataConfig),
+               optimizer=take(OptimizerConfig), evaluation=take(EvalConfig),
+               periods=take(Periods), seeds=cfg.seeds, workers=cfg.workers)
