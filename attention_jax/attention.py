@@ -18,7 +18,8 @@ import numpy as np
 
 from attention_jax import _validate
 from attention_jax import blockwise
-from attention_jax import scores as scores_lib
+from attention_jax import registry
+from attention_jax.score_kinds import DotProduct
 
 __all__ = ["attend", "attention", "compute_scores", "select_implementation", "IMPLEMENTATIONS",
            "structured_mask"]
@@ -93,25 +94,26 @@ def attend(scores: jax.Array, values: jax.Array, mask: jax.Array | None = None):
 
 
 def compute_scores(score: str, query, keys, params: Mapping[str, Any] | None = None):
-  """Scores by name: `dot`, `scaled_dot`, `general` (params `w`), `additive`
-  (params `w_q`, `w_k`, `v`) or `cosine` (optional param `beta`)."""
+  """Scores by name (`registry.FUNCTION_SCORES`): the entry's `function` of
+  query and keys, with the weights of a parametric score in `params` (its
+  `function_params`, e.g. `w` of `general`, `w_q`, `w_k`, `v` of `additive`;
+  `function_options` where given, e.g. `beta` of `cosine`)."""
+  spec = _function_score(score)
   params = dict(params or {})
-  needed = {"general": ("w",), "additive": ("w_q", "w_k", "v")}
-  if score not in scores_lib.SCORE_NAMES:
-    raise ValueError(
-        f"`score` must be one of {scores_lib.SCORE_NAMES}, got {score!r}.")
-  missing = [p for p in needed.get(score, ()) if p not in params]
+  missing = [p for p in spec.function_params if p not in params]
   if missing:
     raise ValueError(f"score {score!r} needs `params` {missing}; got {sorted(params)}.")
-  if score == "dot":
-    return scores_lib.dot(query, keys)
-  if score == "scaled_dot":
-    return scores_lib.scaled_dot(query, keys)
-  if score == "general":
-    return scores_lib.general(query, keys, params["w"])
-  if score == "additive":
-    return scores_lib.additive(query, keys, params["w_q"], params["w_k"], params["v"])
-  return scores_lib.cosine(query, keys, params.get("beta", 1.0))
+  taken = spec.function_params + spec.function_options
+  return spec.function(query, keys, **{p: params[p] for p in taken if p in params})
+
+
+def _function_score(score: str) -> registry.Score:
+  """The registry entry of a pure score; a ValueError naming `score` otherwise."""
+  spec = registry.SCORES.get(score)
+  if spec is None or spec.function is None:
+    raise ValueError(
+        f"`score` must be one of {registry.FUNCTION_SCORES}, got {score!r}.")
+  return spec
 
 
 def _cudnn_applies(q, mask) -> bool:
@@ -290,34 +292,14 @@ def structured_mask(tq: int, tk: int, *, causal: bool = False, query_lengths=Non
   return out
 
 
-def _blockwise_serves(score, query, keys, params) -> bool:
-  """Whether `f(query, keys)` is one scaled dot product (`_blockwise_operands`)."""
-  if score in ("dot", "scaled_dot"):
-    return query.shape[-1] == keys.shape[-1]
-  if score == "cosine":
-    beta_shape = jnp.shape(dict(params or {}).get("beta", 1.0))
-    return query.shape[-1] == keys.shape[-1] and (not beta_shape or beta_shape[-1] == 1)
-  return score == "general"
-
-
-def _blockwise_operands(score, query, keys, params):
-  """`(query', keys', scale)` with `f(query, keys) = scale · query' keys'ᵀ`.
-
-  The dot-product family reduces to one scaled dot product, so the
-  `blockwise` kernel serves all of it (`_blockwise_serves`): `general` folds
-  `W` into the query, `cosine` normalises both sides (with the same 1e-6 norm
-  clamp as `scores.cosine`) and folds a per-query `beta [..., Tq, 1]` into
-  the query.
-  """
-  params = dict(params or {})
-  if score in ("dot", "scaled_dot"):
-    return query, keys, (1.0 if score == "dot" else None)
-  if score == "general":
-    w = jnp.asarray(params["w"])
-    return jnp.matmul(query, w.astype(query.dtype)), keys, 1.0  # [..., Tq, dk]
-  beta = jnp.asarray(params.get("beta", 1.0))  # cosine
-  unit = scores_lib.unit_vectors
-  return beta.astype(query.dtype) * unit(query), unit(keys), 1.0
+def _dot_product(score, query, keys, params) -> DotProduct | None:
+  """The dot-product form of `score` (`registry.Score.dot_product`) if it
+  serves these inputs, else None (as for a name the registry lacks)."""
+  spec = registry.SCORES.get(score)
+  form = None if spec is None or spec.function is None else spec.dot_product
+  if form is None or not form.serves(query, keys, dict(params or {})):
+    return None
+  return form
 
 
 def select_implementation(score: str, implementation: str, query, keys, values, *,
@@ -343,8 +325,10 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
   if implementation not in IMPLEMENTATIONS:
     raise ValueError(
         f"`implementation` must be one of {IMPLEMENTATIONS}, got {implementation!r}.")
-  # jax.nn.dot_product_attention needs one feature size for q, k and v.
-  fusable = (score in ("dot", "scaled_dot") and not return_weights
+  # jax.nn.dot_product_attention needs one feature size for q, k and v, and
+  # computes a score whose entry names itself as `fused` (dot, scaled_dot).
+  spec = registry.SCORES.get(score)
+  fusable = (spec is not None and spec.fused == score and not return_weights
              and query.shape[-1] == keys.shape[-1] == values.shape[-1])
   if implementation in ("xla", "cudnn"):
     if not fusable:
@@ -354,7 +338,7 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
           f"shapes q {tuple(query.shape)}, k {tuple(keys.shape)}, "
           f"v {tuple(values.shape)}, return_weights={return_weights}.")
     return "fused"
-  blockwise_ok = not return_weights and _blockwise_serves(score, query, keys, params)
+  blockwise_ok = not return_weights and _dot_product(score, query, keys, params) is not None
   if implementation == "blockwise":
     if not blockwise_ok:
       raise ValueError(
@@ -381,7 +365,7 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     query: `[..., Tq, dq]`; for multi-head inputs use `[B, H, Tq, d]`.
     keys: `[..., Tk, dk]`.
     values: `[..., Tk, dv]`.
-    score: a name from `scores.SCORE_NAMES`.
+    score: a name from `registry.FUNCTION_SCORES`.
     params: weights of parametric scores (see `compute_scores`).
     mask: bool broadcastable to `[..., Tq, Tk]`; True = may attend.
     causal: query i attends keys j <= i only. With the lengths below it is
@@ -430,15 +414,15 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   batch = lead[:-1] if len(lead) >= 2 else lead
   query_lengths = _check_lengths(query_lengths, "query_lengths", batch, tq)
   key_lengths = _check_lengths(key_lengths, "key_lengths", batch, tk)
+  if kernel != "plain":  # both kernels compute the score as `scale · q' k'ᵀ`
+    q, k, scale = registry.SCORES[score].dot_product.operands(query, keys, dict(params or {}))
   if kernel == "fused":
-    scale = 1.0 if score == "dot" else None
-    return _fused(query, keys, values, mask, scale, implementation, causal=bool(causal),
+    return _fused(q, k, values, mask, scale, implementation, causal=bool(causal),
                   query_lengths=query_lengths, key_lengths=key_lengths)
   mask = combine_masks(mask, structured_mask(
       tq, tk, causal=bool(causal), query_lengths=query_lengths, key_lengths=key_lengths,
       heads=len(lead) >= 2))
   if kernel == "blockwise":
-    q, k, scale = _blockwise_operands(score, query, keys, params)
     return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
   if query.dtype == jnp.float16 or keys.dtype == jnp.float16:
     # float16 tops out at 65504: scores beyond it would be inf and the softmax

@@ -12,7 +12,10 @@ Two layers, both with the score function chosen by name (`SCORES`):
   attention weights returned on request.
 
 Score names and formulas: `registry.SCORES` (Britz et al. 2017 eq. 6-7,
-Luong et al. 2015, Vaswani et al. 2017).
+Luong et al. 2015, Vaswani et al. 2017). The layers hold the entry of their
+score, which creates the score's own parameters on the layer and computes its
+logits (`Score.rnn` in `Attention`, `Score.mha` in `MultiHeadAttention`); they
+add the projections, masks, dropout and dtypes, and branch on no score name.
 
 In `MultiHeadAttention` the per-head query/key projections W^Q_i, W^K_i (with
 bias) *are* the W_1, W_2 of the multiplicative score, so `multiplicative` runs
@@ -29,24 +32,23 @@ D model width, dq / dk query / key features, dv value features, a attention
 
 from __future__ import annotations
 
-import math
+import dataclasses
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax.attention import attend, attention, compute_scores, select_implementation
+from attention_jax.attention import attend, attention, select_implementation
 from attention_jax import registry
-from attention_jax import scores as scores_lib
+from attention_jax import score_kinds
 
-__all__ = ["SCORES", "GLOROT", "check_score", "Attention", "MultiHeadAttention", "dropout_key",
-           "beams_as_queries"]
+__all__ = ["SCORES", "GLOROT", "check_score", "Attention", "MultiHeadAttention", "KVCache",
+           "dropout_key", "beams_as_queries"]
 
 SCORES = registry.LAYER_SCORES
 
-# Glorot/Xavier uniform: the initialiser of every projection in the library.
-GLOROT = nnx.initializers.xavier_uniform()
+GLOROT = score_kinds.GLOROT
 
 
 def check_score(score: str, field: str = "score") -> str:
@@ -70,18 +72,6 @@ def dropout_key(rngs) -> jax.Array | None:
       f"a jax key array, got {type(rngs).__name__}.")
 
 
-def _param(init, key, shape, dtype):
-  return nnx.Param(init(key, shape, dtype))
-
-
-# The additive score's `[B, Tq, S, a]` tanh block, recomputed in the backward
-# pass instead of stored: inside the RNN decoder's `lax.scan` a stored block
-# is stacked over all T steps (`[T, B, 1, S, a]`, 537 MB per step at B = 64,
-# T = S = 32, a = 1024), and zero-filling and re-reading that buffer cost more
-# than the recomputed tanh on 2 CPU cores (measured with a jax.profiler trace of the quick model).
-_additive_rematerialised = jax.checkpoint(scores_lib.additive_projected)
-
-
 def _check_offset(score_offset, shape, where: str):
   if score_offset is None:
     return None
@@ -93,6 +83,28 @@ def _check_offset(score_offset, shape, where: str):
   return score_offset.astype(jnp.float32)
 
 
+def _add_score_params(layer: nnx.Module, form: score_kinds.Form, dims: score_kinds.Dims,
+                      rngs: nnx.Rngs) -> tuple[str, ...]:
+  """Sets the parameters `form` makes as attributes of `layer` (their names
+  are the paths of its state); returns their names."""
+  made = form.make_params(dims, rngs)
+  for name, value in made.items():
+    if hasattr(layer, name):
+      raise ValueError(f"score {layer.score!r}: its parameter {name!r} would replace "
+                       f"the layer's own attribute of that name.")
+    setattr(layer, name, value)
+  return tuple(made)
+
+
+def _score_logits(layer: nnx.Module, form: score_kinds.Form, q, k, dtype) -> jax.Array:
+  """`form.logits` of q and k with the layer's score parameters, all in
+  `dtype` (modules as they are), as float32."""
+  params = {name: getattr(layer, name) for name in layer.score_params}
+  params = {name: p[...].astype(dtype) if isinstance(p, nnx.Variable) else p
+            for name, p in params.items()}
+  return form.logits(q.astype(dtype), k.astype(dtype), **params).astype(jnp.float32)
+
+
 class Attention(nnx.Module):
   """Single-head attention of an RNN decoder over the encoder states.
 
@@ -101,13 +113,12 @@ class Attention(nnx.Module):
     prepared = attn.prepare(encoder_states)          # once per sentence
     context, weights, scores = attn(query, prepared, encoder_states, mask=valid)
 
-  Parameters per score (a = `attention_dim`, dq / dk query / key sizes):
-  `additive` Linear(dq→a) + Linear(dk→a) (with bias, Glorot) + `v [a]`;
-  `multiplicative`, `scaled_multiplicative` the same two Linears;
-  `qk_norm` the same two Linears + scalar `g` (init log₂(L² − L), L =
-  `max_source_length`); `inverse_dim` the two Linears;
-  `general` `w [dq, dk]` (Glorot); `cosine` scalar `beta` (init √dk);
-  `location` Linear(dq→max_source_length); `dot`, `scaled_dot` none.
+  Parameters: for `projected` scores Linear(dq→a) + Linear(dk→a) (with bias,
+  Glorot; `query_proj`, `key_proj`), a = `attention_dim`; then the score's
+  own (`registry.Score.rnn`): `additive` `v [a]`; `qk_norm` scalar `g`
+  (init log₂(L² − L), L = `max_source_length`); `general` `w [dq, dk]`
+  (Glorot); `cosine` scalar `beta` (init √dk); `location`
+  Linear(dq→max_source_length) (`location_proj`).
   """
 
   def __init__(self, query_dim: int, key_dim: int, *, score: str = "additive",
@@ -123,36 +134,24 @@ class Attention(nnx.Module):
           "'multiplicative' / 'general' or equal sizes.")
     if spec.needs_length and not max_source_length:
       raise ValueError(f"score {score!r} needs `max_source_length` (> 0).")
-    self.score = score
+    self.score, self.spec = score, spec
     self.query_dim, self.key_dim = query_dim, key_dim
     self.attention_dim = attention_dim or key_dim
     self.max_source_length = max_source_length
     self.dtype = dtype
     a = self.attention_dim
-    linear = dict(use_bias=True, kernel_init=GLOROT, dtype=dtype,
-                  param_dtype=param_dtype, rngs=rngs)
     if spec.projected:
+      linear = dict(use_bias=True, kernel_init=GLOROT, dtype=dtype,
+                    param_dtype=param_dtype, rngs=rngs)
       self.query_proj = nnx.Linear(query_dim, a, **linear)
       self.key_proj = nnx.Linear(key_dim, a, **linear)
-    if score == "additive":
-      # Var(vᵀx) = Var(x) for unit-variance x: the score starts at unit scale.
-      self.v = _param(nnx.initializers.normal(a ** -0.5), rngs.params(), (a,),
-                      param_dtype)
-    elif score == "general":
-      self.w = _param(GLOROT, rngs.params(), (query_dim, key_dim), param_dtype)
-    elif score == "cosine":
-      # Cosines of random vectors have std 1/√d: β = √d gives unit-scale scores.
-      self.beta = nnx.Param(jnp.full((), math.sqrt(key_dim), param_dtype))
-    elif score == "location":
-      self.location_proj = nnx.Linear(query_dim, max_source_length, **linear)
-    elif score == "qk_norm":  # Henry et al. 2020: g₀ = log₂(L² − L)
-      self.g = nnx.Param(jnp.full((), scores_lib.qk_norm_init(max_source_length),
-                                  param_dtype))
+    self.score_params = _add_score_params(self, spec.rnn, score_kinds.Dims(
+        query_dim, key_dim, a, max_source_length, None, dtype, param_dtype), rngs)
 
   @property
   def projected(self) -> bool:
     """Whether the score projects query and key to `a` features (the registry's word)."""
-    return registry.SCORES[self.score].projected
+    return self.spec.projected
 
   def prepare(self, keys: jax.Array) -> jax.Array:
     """Key-side work done once per sentence: `[B, S, dk]` -> `[B, S, a]`
@@ -163,38 +162,14 @@ class Attention(nnx.Module):
 
   def scores(self, query: jax.Array, prepared: jax.Array) -> jax.Array:
     """Raw scores, float32: query `[B, Tq, dq]`, prepared keys `[B, S, ·]`
-    -> `[B, Tq, S]`."""
-    s = self.score
-    src_len = prepared.shape[-2]
-    if s == "additive":
-      q_proj = self.query_proj(query)  # [B, Tq, a]
-      # The keys are projected once (`prepare`), outside the decoder's scan;
-      # `scores.additive` would redo that projection at every step. With one
-      # query per step the tanh block is only [B, 1, S, a], so the chunking
-      # `scores.additive` offers for long query axes is not needed here.
-      out = _additive_rematerialised(q_proj, prepared.astype(q_proj.dtype),
-                                     self.v[...].astype(q_proj.dtype))  # [B, Tq, S]
-    elif self.projected:  # (scaled_)multiplicative, qk_norm, inverse_dim
-      q_proj = self.query_proj(query)  # [B, Tq, a]
-      fn = getattr(scores_lib, registry.SCORES[s].on_projected)
-      extra = (self.g[...].astype(q_proj.dtype),) if s == "qk_norm" else ()
-      out = fn(q_proj, prepared.astype(q_proj.dtype), *extra)  # [B, Tq, S]
-    elif s == "location":
-      if src_len > self.max_source_length:
-        raise ValueError(
-            f"score 'location' was built for max_source_length="
-            f"{self.max_source_length}, got a source of length {src_len}.")
-      out = self.location_proj(query)[..., :src_len]  # [B, Tq, S]
+    -> `[B, Tq, S]`. A projected score is computed in the projections' dtype,
+    the others in the layer's `dtype` (default: the inputs' promoted dtype)."""
+    if self.projected:
+      query = self.query_proj(query)  # [B, Tq, a]
+      dtype = query.dtype
     else:
       dtype = self.dtype or jnp.result_type(query, prepared)
-      params = {}
-      if s == "general":
-        params["w"] = self.w[...].astype(dtype)
-      elif s == "cosine":
-        params["beta"] = self.beta[...].astype(dtype)
-      out = compute_scores(
-          s, query.astype(dtype), prepared.astype(dtype), params)  # [B, Tq, S]
-    return out.astype(jnp.float32)
+    return _score_logits(self, self.spec.rnn, query, prepared, dtype)  # [B, Tq, S]
 
   def __call__(self, query: jax.Array, prepared: jax.Array, values: jax.Array, *,
                mask: jax.Array | None = None,
@@ -222,16 +197,71 @@ class Attention(nnx.Module):
     return context, weights, raw
 
 
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass(frozen=True)
+class KVCache:
+  """The self-attention keys and values of the positions decoded so far.
+
+  A pytree whose leaves have the batch as their leading axis, so it rides in
+  a `lax.while_loop` carry and beam search can repeat and reorder its rows.
+  The position being decoded is not kept in it: the decoder passes the one
+  it also embeds (`MultiHeadAttention.decode_step`).
+
+  Attributes:
+    keys: `[B, H, L, d_k]`.
+    values: `[B, H, L, d_v]`.
+  """
+  keys: jax.Array
+  values: jax.Array
+
+  @classmethod
+  def empty(cls, batch_size: int, num_heads: int, length: int, qk_features: int,
+            v_features: int, dtype: Any = jnp.float32) -> "KVCache":
+    """Zeros for `length` positions."""
+    return cls(jnp.zeros((batch_size, num_heads, length, qk_features), dtype),
+               jnp.zeros((batch_size, num_heads, length, v_features), dtype))
+
+  def write(self, k: jax.Array, v: jax.Array, index) -> "KVCache":
+    """The cache with `k [B, H, 1, d_k]`, `v [B, H, 1, d_v]` at position
+    `index` (an int32 scalar, may be traced)."""
+    zero = jnp.zeros((), jnp.int32)
+    start = (zero, zero, jnp.asarray(index, jnp.int32), zero)
+    return KVCache(jax.lax.dynamic_update_slice(self.keys, k.astype(self.keys.dtype), start),
+                   jax.lax.dynamic_update_slice(self.values, v.astype(self.values.dtype), start))
+
+  def visible(self, index) -> jax.Array:
+    """bool `[1, 1, 1, L]`: the positions `<= index` a causal query at `index` sees."""
+    length = self.keys.shape[-2]
+    return (jnp.arange(length) <= jnp.asarray(index, jnp.int32))[None, None, None, :]
+
+
+def _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
+                 score, max_length) -> registry.Score:
+  """The registry entry of `score` once the arguments of a
+  `MultiHeadAttention` are valid; a ValueError naming the first that is not."""
+  spec = registry.get(score)
+  if num_heads <= 0 or in_features <= 0:
+    raise ValueError(
+        f"`num_heads` and `in_features` must be > 0, got {num_heads}, {in_features}.")
+  if (qk_features is None or v_features is None) and in_features % num_heads:
+    raise ValueError(
+        f"`in_features` (d_model) {in_features} must be divisible by "
+        f"`num_heads` {num_heads} (d_k = d_v = d_model / h).")
+  if not 0.0 <= dropout_rate < 1.0:
+    raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate}.")
+  if spec.needs_length and not max_length:
+    raise ValueError(f"score {score!r} needs `max_length` (> 0).")
+  return spec
+
+
 class MultiHeadAttention(nnx.Module):
   """Multi-head attention `Concat(head_1..head_h) W^O` with any score per head.
 
   `head_i = Attention_score(x_q W^Q_i, x_kv W^K_i, x_kv W^V_i)`; the Q, K, V
   projections are one `D x H·d` Linear each (with bias, Glorot), computed for
-  all heads at once.
-
-  The per-step decoding API keeps its cache as a plain pytree so it can ride
-  in a `lax.while_loop` carry: `init_cache`, then `decode_step` appends one
-  step's keys / values at a (traced) position and attends over the prefix.
+  all heads at once; the score adds its own parameters (`registry.Score.mha`).
+  Per-step decoding: `init_cache`, then `decode_step` writes one step's keys
+  and values into the `KVCache` and attends over the prefix.
   """
 
   def __init__(self, num_heads: int, in_features: int, *,
@@ -242,115 +272,50 @@ class MultiHeadAttention(nnx.Module):
                dtype: Any = None, param_dtype: Any = jnp.float32,
                rngs: nnx.Rngs):
     """Args:
-      num_heads: H.
-      in_features: D, the query input width.
-      kv_features: width of the key/value input (default D).
-      qk_features: per-head query/key size d_k (default D / H; D % H must be 0).
-      v_features: per-head value size d_v (default D / H).
-      out_features: output width (default D).
-      score: a name from `SCORES`.
+      num_heads / in_features: H, and D the query input width.
+      kv_features / out_features: key/value input and output widths (default D).
+      qk_features / v_features: per-head query/key and value sizes d_k, d_v
+        (default D / H; D % H must then be 0).
+      score: a name from `SCORES`; max_length: the longest key axis (for the
+        scores that `needs_length`: `location`, `qk_norm`).
       dropout_rate: dropout on the attention weights.
-      max_length: longest key axis; required by `location`.
       use_bias: bias in the Q, K, V and output projections.
-      dtype / param_dtype: compute / parameter dtypes.
-      rngs: parameter initialisation.
+      dtype / param_dtype / rngs: compute and parameter dtypes, initialisation.
     """
-    spec = registry.get(score)
-    if num_heads <= 0 or in_features <= 0:
-      raise ValueError(
-          f"`num_heads` and `in_features` must be > 0, got {num_heads}, {in_features}.")
-    if (qk_features is None or v_features is None) and in_features % num_heads:
-      raise ValueError(
-          f"`in_features` (d_model) {in_features} must be divisible by "
-          f"`num_heads` {num_heads} (d_k = d_v = d_model / h).")
-    if not 0.0 <= dropout_rate < 1.0:
-      raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate}.")
-    if spec.needs_length and not max_length:
-      raise ValueError(f"score {score!r} needs `max_length` (> 0).")
-    self.num_heads = num_heads
+    spec = _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
+                        score, max_length)
+    self.num_heads, self.score, self.spec = num_heads, score, spec
     self.qk_features = qk_features or in_features // num_heads
     self.v_features = v_features or in_features // num_heads
-    self.score = score
-    self.dropout_rate = dropout_rate
-    self.max_length = max_length
-    self.dtype = dtype
-    kv_features = kv_features or in_features
-    out_features = out_features or in_features
+    self.dropout_rate, self.max_length, self.dtype = dropout_rate, max_length, dtype
     h, dk, dv = num_heads, self.qk_features, self.v_features
     linear = dict(use_bias=use_bias, kernel_init=GLOROT, dtype=dtype,
                   param_dtype=param_dtype, rngs=rngs)
     self.query = nnx.Linear(in_features, h * dk, **linear)
-    self.key = nnx.Linear(kv_features, h * dk, **linear)
-    self.value = nnx.Linear(kv_features, h * dv, **linear)
-    self.out = nnx.Linear(h * dv, out_features, **linear)
-    key = rngs.params
-    if score == "additive":
-      self.w_q = _param(GLOROT, key(), (h, dk, dk), param_dtype)
-      self.w_k = _param(GLOROT, key(), (h, dk, dk), param_dtype)
-      self.v = _param(nnx.initializers.normal(dk ** -0.5), key(), (h, dk), param_dtype)
-    elif score == "general":
-      self.w = _param(GLOROT, key(), (h, dk, dk), param_dtype)
-    elif score == "cosine":
-      self.beta = nnx.Param(jnp.full((h,), math.sqrt(dk), param_dtype))
-    elif score == "location":
-      self.w_loc = _param(GLOROT, key(), (h, dk, max_length), param_dtype)
-      self.b_loc = nnx.Param(jnp.zeros((h, max_length), param_dtype))
-    elif score == "qk_norm":  # one g per layer, shared by the heads (Henry et al. 2020)
-      self.g = nnx.Param(jnp.full((), scores_lib.qk_norm_init(max_length), param_dtype))
+    self.key = nnx.Linear(kv_features or in_features, h * dk, **linear)
+    self.value = nnx.Linear(kv_features or in_features, h * dv, **linear)
+    self.out = nnx.Linear(h * dv, out_features or in_features, **linear)
+    self.score_params = _add_score_params(self, spec.mha, score_kinds.Dims(
+        dk, dk, dk, max_length, h, dtype, param_dtype), rngs)
     self.dropout = nnx.Dropout(dropout_rate)
-
-  # -- projections -----------------------------------------------------------
-
-  def _split(self, x, size):  # [B, T, H·d] -> [B, H, T, d]
-    x = x.reshape(x.shape[:-1] + (self.num_heads, size))
-    return jnp.swapaxes(x, -2, -3)
 
   def project_query(self, inputs_q: jax.Array) -> jax.Array:
     """`[B, T, D]` -> per-head queries `[B, H, T, d_k]`."""
-    return self._split(self.query(inputs_q), self.qk_features)
+    return _split_heads(self.query(inputs_q), self.num_heads, self.qk_features)
 
   def project_kv(self, inputs_kv: jax.Array):
     """`[B, S, D_kv]` -> per-head `(keys [B, H, S, d_k], values [B, H, S, d_v])`."""
-    return (self._split(self.key(inputs_kv), self.qk_features),
-            self._split(self.value(inputs_kv), self.v_features))
-
-  # -- scores and attention --------------------------------------------------
+    return (_split_heads(self.key(inputs_kv), self.num_heads, self.qk_features),
+            _split_heads(self.value(inputs_kv), self.num_heads, self.v_features))
 
   def scores(self, q: jax.Array, k: jax.Array) -> jax.Array:
-    """Raw per-head scores, float32: q `[B, H, T, d_k]`, k `[B, H, S, d_k]`
-    -> `[B, H, T, S]`."""
-    s = self.score
+    """Raw per-head scores, float32: q `[B, H, T, d_k]`, k `[B, H, S, d_k]` ->
+    `[B, H, T, S]`, computed in the layer's `dtype` (default: the inputs' promoted
+    dtype; float32 for float16, whose scores beyond 65504 would be inf)."""
     dtype = self.dtype or jnp.result_type(q, k)
-    if dtype == jnp.float16:  # as `attention`: float16 scores beyond 65504 would be inf
+    if dtype == jnp.float16:
       dtype = jnp.float32
-    q, k = q.astype(dtype), k.astype(dtype)
-    per_head = lambda name: getattr(self, name)[...].astype(dtype)
-    fused = registry.SCORES[s].fused
-    if fused:  # dot, scaled_dot; (scaled_)multiplicative on the projected heads
-      out = getattr(scores_lib, fused)(q, k)
-    elif s == "inverse_dim":
-      out = scores_lib.inverse_dim(q, k)
-    elif s == "qk_norm":
-      out = scores_lib.qk_norm(q, k, self.g[...].astype(dtype))
-    elif s == "general":
-      out = jax.vmap(scores_lib.general, in_axes=(1, 1, 0), out_axes=1)(
-          q, k, per_head("w"))
-    elif s == "additive":
-      # vmap over heads: each head has its own W_1, W_2, v; `scores.additive`
-      # chunks the [B, T, S, a] tanh block when it is large.
-      out = jax.vmap(scores_lib.additive, in_axes=(1, 1, 0, 0, 0), out_axes=1)(
-          q, k, per_head("w_q"), per_head("w_k"), per_head("v"))
-    elif s == "cosine":
-      out = scores_lib.cosine(q, k, per_head("beta")[:, None, None])
-    else:  # location
-      src_len = k.shape[-2]
-      if src_len > self.max_length:
-        raise ValueError(
-            f"score 'location' was built for max_length={self.max_length}, "
-            f"got {src_len} keys.")
-      out = (jnp.einsum("bhtd,hdl->bhtl", q, per_head("w_loc"))
-             + per_head("b_loc")[:, None, :])[..., :src_len]
-    return out.astype(jnp.float32)  # [B, H, T, S]
+    return _score_logits(self, self.spec.mha, q, k, dtype)  # [B, H, T, S]
 
   def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *,
              mask: jax.Array | None = None, deterministic: bool = True,
@@ -360,64 +325,42 @@ class MultiHeadAttention(nnx.Module):
     """Attention over already projected heads, then the output projection.
 
     Args:
-      q: `[B, H, T, d_k]`; k: `[B, H, S, d_k]`; v: `[B, H, S, d_v]`.
+      q, k, v: `[B, H, T, d_k]`, `[B, H, S, d_k]`, `[B, H, S, d_v]`.
       mask: bool broadcastable to `[B, H, T, S]`; True = may attend.
-      deterministic: False applies dropout to the weights (needs `dropout_key`).
-      dropout_key: a jax key.
+      deterministic / dropout_key: False applies dropout to the weights,
+        drawn with `dropout_key` (a jax key).
       score_offset: float `[B, H, T, S]` added to the raw scores.
-      return_weights: return `aux = {'scores', 'weights'}`, both
-        `[B, H, T, S]` float32 (scores raw: before offset and mask; weights
-        before dropout); otherwise aux is None.
+      return_weights: return `aux = {'scores', 'weights'}`, both `[B, H, T, S]`
+        float32 (scores raw: before offset and mask; weights before dropout);
+        otherwise aux is None.
 
-    Returns:
-      `(out [B, T, D_out], aux)`.
+    Returns: `(out [B, T, D_out], aux)`.
     """
     use_dropout = not deterministic and self.dropout_rate > 0.0
     if use_dropout and dropout_key is None:
       raise ValueError("deterministic=False with dropout needs `rngs` / a dropout key.")
-    # The pure score of the projected heads (None: per-head score parameters,
-    # computed here); dropout on the weights and offsets need the plain path.
-    pure = registry.SCORES[self.score].fused
-    kernel = "plain" if pure is None else select_implementation(
-        pure, "auto", q, k, v,
-        return_weights=return_weights or use_dropout or score_offset is not None)
-    if kernel != "plain":  # blockwise or fused (cuDNN flash attention on GPUs)
-      dtype = self.dtype or jnp.result_type(q, k, v)
-      context = attention(
-          q.astype(dtype), k.astype(dtype), v.astype(dtype), score=pure,
-          mask=mask, implementation="auto")  # [B, H, T, d_v]
-      aux = None
-    else:
-      raw = self.scores(q, k)  # [B, H, T, S]
-      offset = _check_offset(score_offset, raw.shape, "MultiHeadAttention")
-      logits = raw if offset is None else raw + offset
-      v = v.astype(self.dtype or v.dtype)
-      context, weights = attend(logits, v, mask)  # [B,H,T,dv], [B,H,T,S]
-      if use_dropout:
-        dropped = self.dropout(weights, deterministic=False, rngs=dropout_key)
-        context = jnp.matmul(dropped.astype(v.dtype), v,
-                             preferred_element_type=jnp.float32).astype(v.dtype)
-      aux = {"scores": raw, "weights": weights} if return_weights else None
+    if _hands_over(self.spec, q, k, v, return_weights or use_dropout or score_offset is not None):
+      dtype = self.dtype or jnp.result_type(q, k, v)  # blockwise or fused (cuDNN on GPUs)
+      context = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
+                          score=self.spec.fused, mask=mask, implementation="auto")
+      return self.out(_merge_heads(context)), None  # [B, T, D_out]
+    raw = self.scores(q, k)  # [B, H, T, S]
+    offset = _check_offset(score_offset, raw.shape, "MultiHeadAttention")
+    v = v.astype(self.dtype or v.dtype)
+    context, weights = attend(raw if offset is None else raw + offset, v, mask)
+    if use_dropout:  # the context of the dropped-out weights
+      context = _mix(self.dropout(weights, deterministic=False, rngs=dropout_key), v)
+    aux = {"scores": raw, "weights": weights} if return_weights else None
     return self.out(_merge_heads(context)), aux  # [B, T, D_out]
 
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array | None = None, *,
                mask: jax.Array | None = None, deterministic: bool = True,
                rngs=None, score_offset: jax.Array | None = None,
                return_weights: bool = False):
-    """Self attention (`inputs_kv=None`) or cross attention.
-
-    Args:
-      inputs_q: `[B, T, D]`.
-      inputs_kv: `[B, S, D_kv]`; defaults to `inputs_q`.
-      mask: bool broadcastable to `[B, H, T, S]`, True = may attend.
-      deterministic: False enables dropout on the weights.
-      rngs: `nnx.Rngs` with a 'dropout' stream (or a key) when not deterministic.
-      score_offset: `[B, H, T, S]` added to the raw scores before the softmax.
-      return_weights: also return `{'scores', 'weights'}` (`[B, H, T, S]`).
-
-    Returns:
-      `(out [B, T, D_out], aux or None)`.
-    """
+    """Self attention (`inputs_kv=None`) or cross attention of `inputs_q [B, T, D]`
+    over `inputs_kv [B, S, D_kv]`: `attend` of their projections, the dropout key
+    drawn from `rngs` (`nnx.Rngs` with a 'dropout' stream, or a key) when not
+    deterministic. Returns `(out [B, T, D_out], aux or None)`."""
     inputs_kv = inputs_q if inputs_kv is None else inputs_kv
     q = self.project_query(inputs_q)
     k, v = self.project_kv(inputs_kv)
@@ -425,43 +368,43 @@ class MultiHeadAttention(nnx.Module):
                        dropout_key=None if deterministic else dropout_key(rngs),
                        score_offset=score_offset, return_weights=return_weights)
 
-  # -- autoregressive cache --------------------------------------------------
+  def init_cache(self, batch_size: int, max_length: int, dtype: Any = None) -> KVCache:
+    """An empty `KVCache` of `max_length` positions (dtype: the compute dtype, else float32)."""
+    return KVCache.empty(batch_size, self.num_heads, max_length, self.qk_features,
+                         self.v_features, dtype or self.dtype or jnp.float32)
 
-  def init_cache(self, batch_size: int, max_length: int, dtype: Any = None):
-    """Empty self-attention cache: `{'keys': [B, H, L, d_k], 'values': [B, H, L, d_v]}`."""
-    dtype = dtype or self.dtype or jnp.float32
-    h = self.num_heads
-    return {"keys": jnp.zeros((batch_size, h, max_length, self.qk_features), dtype),
-            "values": jnp.zeros((batch_size, h, max_length, self.v_features), dtype)}
-
-  def decode_step(self, inputs_q: jax.Array, cache, index, *,
+  def decode_step(self, inputs_q: jax.Array, cache: KVCache, index, *,
                   return_weights: bool = False):
-    """One causal self-attention step with the cache.
-
-    Args:
-      inputs_q: `[B, 1, D]`, the new position's input.
-      cache: from `init_cache` (or a previous step), leaves `[B, H, L, ·]`.
-      index: int32 scalar (may be traced), the new position; keys / values
-        are written there and the query attends to positions `<= index`.
-      return_weights: as in `attend`.
-
-    Returns:
-      `(out [B, 1, D_out], new cache, aux or None)`.
-    """
+    """One causal self-attention step of `inputs_q [B, 1, D]` at position
+    `index` (int32 scalar, may be traced): its keys and values are written
+    into `cache` there and it attends to positions `<= index`. Returns
+    `(out [B, 1, D_out], new cache, aux or None)` (aux as in `attend`)."""
     q = self.project_query(inputs_q)  # [B, H, 1, d_k]
-    k, v = self.project_kv(inputs_q)  # [B, H, 1, d]
-    zero = jnp.zeros((), jnp.int32)
-    index = jnp.asarray(index, jnp.int32)
-    start = (zero, zero, index, zero)
-    cache = {
-        "keys": jax.lax.dynamic_update_slice(cache["keys"], k.astype(cache["keys"].dtype), start),
-        "values": jax.lax.dynamic_update_slice(cache["values"], v.astype(cache["values"].dtype), start),
-    }
-    length = cache["keys"].shape[-2]
-    mask = (jnp.arange(length) <= index)[None, None, None, :]  # [1, 1, 1, L]
-    out, aux = self.attend(q, cache["keys"], cache["values"], mask=mask,
+    cache = cache.write(*self.project_kv(inputs_q), index)
+    out, aux = self.attend(q, cache.keys, cache.values, mask=cache.visible(index),
                            return_weights=return_weights)
     return out, cache, aux
+
+
+def _hands_over(spec: registry.Score, q, k, v, plain_needed: bool) -> bool:
+  """Whether `MultiHeadAttention.attend` hands its heads to `attention`, whose
+  blockwise or fused kernel computes the score's `fused` pure score of the
+  projected heads (`select_implementation`). Scores with parameters of their
+  own, and dropout on the weights, offsets or weights asked for, need the
+  layer's plain path."""
+  return spec.fused is not None and select_implementation(
+      spec.fused, "auto", q, k, v, return_weights=plain_needed) != "plain"
+
+
+def _split_heads(x, num_heads: int, size: int):  # [B, T, H·d] -> [B, H, T, d]
+  x = x.reshape(x.shape[:-1] + (num_heads, size))
+  return jnp.swapaxes(x, -2, -3)
+
+
+def _mix(weights, values):
+  """`weights [..., T, S] @ values [..., S, d]` accumulated in float32, in the values' dtype."""
+  return jnp.matmul(weights.astype(values.dtype), values,
+                    preferred_element_type=jnp.float32).astype(values.dtype)
 
 
 def _merge_heads(context):  # [B, H, T, d_v] -> [B, T, H·d_v]

@@ -1,14 +1,20 @@
 """The one list of attention score functions: where a new score is added.
 
-Every other list of score names is derived from `SCORES`: the pure functions
-`attention`/`compute_scores` accept (`FUNCTION_SCORES`), the layers'
-`score=` choices (`LAYER_SCORES`), the ablation's `--arms` (`ARMS`, plus the
-RNN decoders without attention) and the benchmark's kernels.
+Each entry (`Score`) says what the score is (name, formula, paper) and
+carries what computes it: its parameters and logits in both attention layers
+(`rnn`, `mha`: `score_kinds.Form`), the pure function `attention` accepts
+(`function`), and the scaled dot product the fused / blockwise kernels see in
+it (`dot_product`). The layers and `attention` branch on no score name.
 
-To add a score: write its formula in `scores.py` (if it is a pure function of
-query and keys), give it an entry here, then its parameters in
-`layers.Attention` / `layers.MultiHeadAttention` (the `projected` and
-`params` fields say what they create).
+Every other list of score names is derived from `SCORES` when it is read:
+the pure functions `attention`/`compute_scores` accept (`FUNCTION_SCORES`),
+the layers' `score=` choices (`LAYER_SCORES`), the ablation's `--arms`
+(`ARMS`, plus the RNN decoders without attention) and the benchmark's kernels.
+
+To add a score: write its formula (`scores.py` for a pure function of query
+and keys; its parameters, if any, as `make_params` functions like those of
+`score_kinds.py`) and give it one entry, here in `SCORES` or at run time with
+`register` (`registered` for a test). Nothing else names it.
 
 Glossary: q / s the query (decoder state), k / h a key (encoder state),
 a the attention dimension, d the query / key size.
@@ -16,45 +22,68 @@ a the attention dimension, d the query / key size.
 
 from __future__ import annotations
 
+import collections.abc
+import contextlib
 import dataclasses
+from typing import Any, Callable, Iterator
+
+from attention_jax import score_kinds as kinds
+from attention_jax import scores
+from attention_jax.score_kinds import Form
 
 __all__ = ["Score", "SCORES", "FUNCTION_SCORES", "LAYER_SCORES", "NO_ATTENTION_ARMS",
-           "ARMS", "get"]
+           "ARMS", "get", "register", "unregister", "registered"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Score:
-  """What the rest of the library needs to know about one score function.
+  """One score function and what computes it.
 
   Attributes:
     name: the name used everywhere (`score=`, `--arms`).
     formula: the score of query s and key h.
     paper: where it comes from.
-    function: True if `scores.<name>` exists as a pure function of (q, k,
-      weights), i.e. `attention(score=name)` accepts it.
-    projected: the layers give it a query and a key projection to `a`
-      features (W_1 s + b_1, W_2 h + b_2) before the formula.
+    rnn: its form in `layers.Attention` (one head, the RNN decoders), whose
+      logits get the query `[B, Tq, ·]` and the prepared keys `[B, S, ·]`:
+      the projections `W_1 s + b_1`, `W_2 h + b_2` for `projected` scores,
+      the decoder and encoder states otherwise.
+    mha: its form in `layers.MultiHeadAttention`, whose logits get the
+      per-head projections `[B, H, T, d_k]`, `[B, H, S, d_k]` (their
+      parameters carry a head axis where each head has its own); None: the
+      `rnn` form.
+    projected: the RNN layer projects query and key to `a` features
+      (`query_proj`, `key_proj`) before the logits.
     same_dim: the formula compares query and key directly, so they must
       have the same size.
+    needs_length: its parameters (or their initial values) depend on the
+      longest source (`location`, `qk_norm`).
     fused: the pure score (after any projection) that the fused kernels
       (`jax.nn.dot_product_attention`, cuDNN flash attention) compute, or
       None where no fused kernel applies.
-    on_projected: the pure function of `scores.py` the layers apply to the
-      projected query and key (for `projected` scores; None otherwise).
-    params: the score's own parameters in the layers (beyond projections).
-    needs_length: its parameters (or their initial values) depend on the
-      longest source (`location`, `qk_norm`).
+    function: the pure function `attention(score=name)` computes, `f(q, k,
+      **params)`, or None where the score is no pure function of q and k.
+    function_params: the `params` it requires; `function_options`: those
+      it takes when given.
+    dot_product: the score as one scaled dot product (the blockwise kernel
+      of `attention`; for a `fused` score the fused kernels too), or None.
   """
   name: str
   formula: str
   paper: str
-  function: bool = False
+  rnn: Form
+  mha: Form | None = None
   projected: bool = False
   same_dim: bool = False
-  fused: str | None = None
-  on_projected: str | None = None
-  params: tuple[str, ...] = ()
   needs_length: bool = False
+  fused: str | None = None
+  function: Callable[..., Any] | None = None
+  function_params: tuple[str, ...] = ()
+  function_options: tuple[str, ...] = ()
+  dot_product: kinds.DotProduct | None = None
+
+  def __post_init__(self):
+    if self.mha is None:
+      object.__setattr__(self, "mha", self.rnn)
 
 
 # Order: the Britz et al. 2017 arms first, then the rest; lists derived below
@@ -62,35 +91,80 @@ class Score:
 SCORES: dict[str, Score] = {s.name: s for s in (
     Score("additive", "vᵀ tanh(W_1 s + b_1 + W_2 h + b_2)",
           "Bahdanau et al. 2015; Britz et al. 2017 eq. 6",
-          function=True, projected=True, on_projected="additive_projected", params=("v",)),
+          rnn=Form(kinds.additive_of_projections, kinds.additive_v),
+          mha=Form(kinds.additive_per_head, kinds.additive_heads), projected=True,
+          function=scores.additive, function_params=("w_q", "w_k", "v")),
     Score("multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩", "Britz et al. 2017 eq. 7",
-          projected=True, fused="dot", on_projected="dot"),
+          rnn=Form(scores.dot), projected=True, fused="dot"),
     Score("scaled_multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩ / √a",
           "Britz et al. 2017 eq. 7 with the scaling of Vaswani et al. 2017",
-          projected=True, fused="scaled_dot", on_projected="scaled_dot"),
+          rnn=Form(scores.scaled_dot), projected=True, fused="scaled_dot"),
     # The modern fixes of logit growth (opt-in arms).
     Score("qk_norm", "g · ⟨ŝ, ĥ⟩, x̂ = x/‖x‖ of W_1 s + b_1, W_2 h + b_2; g learned",
           "Henry et al. 2020 (QKNorm); g starts at log₂(L² − L)",
-          projected=True, on_projected="qk_norm", params=("g",), needs_length=True),
+          rnn=Form(scores.qk_norm, kinds.qk_norm_g), projected=True, needs_length=True),
     Score("inverse_dim", "⟨W_1 s + b_1, W_2 h + b_2⟩ / a", "Yang et al. 2021 (μP)",
-          projected=True, on_projected="inverse_dim"),
-    Score("dot", "sᵀh", "Luong et al. 2015", function=True, same_dim=True, fused="dot"),
-    Score("scaled_dot", "sᵀh / √d", "Vaswani et al. 2017", function=True, same_dim=True,
-          fused="scaled_dot"),
-    Score("general", "sᵀ W h", "Luong et al. 2015", function=True, params=("w",)),
+          rnn=Form(scores.inverse_dim), projected=True),
+    Score("dot", "sᵀh", "Luong et al. 2015", rnn=Form(scores.dot), same_dim=True,
+          fused="dot", function=scores.dot, dot_product=kinds.DOT),
+    Score("scaled_dot", "sᵀh / √d", "Vaswani et al. 2017", rnn=Form(scores.scaled_dot),
+          same_dim=True, fused="scaled_dot", function=scores.scaled_dot,
+          dot_product=kinds.SCALED_DOT),
+    Score("general", "sᵀ W h", "Luong et al. 2015",
+          rnn=Form(scores.general, kinds.general_w),
+          mha=Form(kinds.general_per_head, kinds.general_w),
+          function=scores.general, function_params=("w",), dot_product=kinds.GENERAL),
     Score("cosine", "β · cos(s, h), β learned", "Graves et al. 2014 (content-based)",
-          function=True, same_dim=True, params=("beta",)),
-    Score("location", "(W_a s + b_a)[:S]", "Luong et al. 2015", params=("w_loc",),
-          needs_length=True),
+          rnn=Form(scores.cosine, kinds.cosine_beta),
+          mha=Form(kinds.cosine_per_head, kinds.cosine_beta), same_dim=True,
+          function=scores.cosine, function_options=("beta",), dot_product=kinds.COSINE),
+    Score("location", "(W_a s + b_a)[:S]", "Luong et al. 2015",
+          rnn=Form(kinds.location, kinds.location_proj),
+          mha=Form(kinds.location_per_head, kinds.location_heads), needs_length=True),
 )}
+# The scores above, which `unregister` leaves in place.
+BUILT_IN = frozenset(SCORES)
 
-FUNCTION_SCORES = tuple(n for n, s in SCORES.items() if s.function)
-LAYER_SCORES = tuple(SCORES)
 # RNN decoders without attention, ablation arms beside the scores
 # (Britz et al. 2017 Table 6): the encoder's last state initialises the
 # decoder (`none_init`) or is also fed at every step (`none_concat`).
 NO_ATTENTION_ARMS = ("none_init", "none_concat")
-ARMS = LAYER_SCORES + NO_ATTENTION_ARMS
+
+
+class _Names(collections.abc.Sequence):
+  """A tuple of names read from `SCORES` at every use, so that a list bound
+  when a module is imported (`config.ARMS`, `layers.SCORES`) also holds the
+  scores `register`ed after. Compares equal to the tuple of its names."""
+
+  def __init__(self, names: Callable[[], tuple[str, ...]]):
+    self._names = names
+
+  def __getitem__(self, index):
+    return self._names()[index]
+
+  def __len__(self) -> int:
+    return len(self._names())
+
+  def __eq__(self, other) -> bool:
+    if isinstance(other, (tuple, _Names)):
+      return self._names() == tuple(other)
+    return NotImplemented
+
+  __hash__ = None  # its contents change with the registry
+
+  def __add__(self, other) -> tuple[str, ...]:
+    return self._names() + tuple(other)
+
+  def __radd__(self, other) -> tuple[str, ...]:
+    return tuple(other) + self._names()
+
+  def __repr__(self) -> str:
+    return repr(self._names())
+
+
+FUNCTION_SCORES = _Names(lambda: tuple(n for n, s in SCORES.items() if s.function))
+LAYER_SCORES = _Names(lambda: tuple(SCORES))
+ARMS = _Names(lambda: tuple(SCORES) + NO_ATTENTION_ARMS)
 
 
 def get(name: str, field: str = "score") -> Score:
@@ -98,3 +172,43 @@ def get(name: str, field: str = "score") -> Score:
   if name not in SCORES:
     raise ValueError(f"`{field}` must be one of {LAYER_SCORES}, got {name!r}.")
   return SCORES[name]
+
+
+def register(score: Score) -> Score:
+  """Adds `score` to `SCORES` (after the others); every derived list,
+  `--arms`, the layers' `score=` and `attention(score=)` (for a `function`)
+  take it from then on.
+
+  Raises:
+    ValueError: naming `score.name` if it is taken (by a score or an arm), or
+      `score.fused` if that names no fused dot-product score.
+  """
+  if not isinstance(score, Score):
+    raise TypeError(f"`score` must be a registry.Score, got {type(score).__name__}.")
+  if score.name in SCORES or score.name in NO_ATTENTION_ARMS:
+    raise ValueError(f"`score.name` {score.name!r} is taken; taken: {ARMS}.")
+  fused_names = tuple(n for n, s in SCORES.items() if s.fused == n)
+  if score.fused is not None and score.fused not in fused_names:
+    raise ValueError(f"`score.fused` must be None or one of {fused_names}, "
+                     f"got {score.fused!r}.")
+  SCORES[score.name] = score
+  return score
+
+
+def unregister(name: str) -> None:
+  """Removes a score `register` added (a ValueError naming `name` for a
+  built-in or unknown one)."""
+  if name in BUILT_IN or name not in SCORES:
+    raise ValueError(f"`name` must be a registered score other than the built-in "
+                     f"{sorted(BUILT_IN)}, got {name!r}.")
+  del SCORES[name]
+
+
+@contextlib.contextmanager
+def registered(score: Score) -> Iterator[Score]:
+  """`register(score)` for the duration of a `with` block."""
+  register(score)
+  try:
+    yield score
+  finally:
+    unregister(score.name)

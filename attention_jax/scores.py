@@ -31,14 +31,9 @@ import jax
 import jax.numpy as jnp
 
 from attention_jax import _validate
-from attention_jax import registry
 
 __all__ = ["dot", "scaled_dot", "inverse_dim", "general", "additive", "additive_naive",
-           "additive_projected", "cosine", "qk_norm", "qk_norm_init", "unit_vectors",
-           "SCORE_NAMES"]
-
-# The scores defined here as pure functions (the registry says which).
-SCORE_NAMES = registry.FUNCTION_SCORES
+           "additive_projected", "cosine", "qk_norm", "qk_norm_init", "unit_vectors"]
 
 # Elements of the [chunk, ..., Tk, a] tanh block kept live at once by
 # `additive`; 2**22 float32 values = 16 MiB. Below this the whole tensor is

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 import attention_jax as aj
+from attention_jax import registry
 
 
 def main(argv):
@@ -20,7 +21,7 @@ def main(argv):
   w = jax.random.normal(kp, (d, a)) / jnp.sqrt(d)
   params = {"w": jnp.eye(d), "w_q": w, "w_k": w, "v": jnp.ones(a) / a}
   mask = aj.masks.combine(aj.masks.causal(t), aj.masks.padding(jnp.array([[1] * t, [1] * 4 + [0] * 2]))[:, None, None, :])
-  for score in aj.scores.SCORE_NAMES:
+  for score in registry.FUNCTION_SCORES:
     context, weights = aj.attention(query, keys, values, score=score, params=params,
                                     mask=mask, return_weights=True)
     print(f"{score:>10}: context {tuple(context.shape)}, weights row sums "

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import attention_jax as aj
-from attention_jax import masks, positional, scores
+from attention_jax import masks, positional, registry, scores
 
 # The module (the package attribute `attention` is the function).
 attention_lib = importlib.import_module("attention_jax.attention")
@@ -170,7 +170,7 @@ def test_attend_broadcasts_values_over_heads():
 
 # The fused kernel ('xla') only has dot-product scores; 'auto' falls back to plain.
 @pytest.mark.parametrize("score,implementation", [
-    (score, impl) for score in scores.SCORE_NAMES for impl in CPU_IMPLEMENTATIONS
+    (score, impl) for score in registry.FUNCTION_SCORES for impl in CPU_IMPLEMENTATIONS
     if impl != "xla" or score in ("dot", "scaled_dot")])
 def test_causality_by_gradient(score, implementation):
   rng = np.random.default_rng(6)
@@ -277,7 +277,7 @@ def test_auto_falls_back_to_plain_when_fused_does_not_apply():
   rng = np.random.default_rng(21)
   q, k, v = _normal(rng, (2, 5, 4)), _normal(rng, (2, 6, 4)), _normal(rng, (2, 6, 3))  # dv != d
   params = _params(rng, 4)
-  for score in scores.SCORE_NAMES:
+  for score in registry.FUNCTION_SCORES:
     want = aj.attend(aj.compute_scores(score, q, k, params), v)[0]
     np.testing.assert_allclose(aj.attention(q, k, v, score=score, params=params), want,
                                rtol=1e-6, atol=1e-6)
@@ -308,7 +308,7 @@ def test_compute_scores_dispatches_by_name():
 
 FUNCTIONS = [("attend", None), ("compute_scores", None)] + [
     (f"attention-{impl}-{score}", (impl, score))
-    for impl in CPU_IMPLEMENTATIONS for score in scores.SCORE_NAMES
+    for impl in CPU_IMPLEMENTATIONS for score in registry.FUNCTION_SCORES
     if impl == "plain" or score in ("dot", "scaled_dot")]
 
 

@@ -10,7 +10,7 @@ import pytest
 
 import attention_jax as aj
 from attention_jax import benchmarking as bm
-from attention_jax import masks, scores
+from attention_jax import masks, registry, scores
 
 
 def test_flops_match_hand_computed_values():
@@ -140,7 +140,7 @@ def test_naive_attention_matches_numpy_and_zeroes_empty_rows():
   assert np.all(np.asarray(got[1, 3]) == 0)
 
 
-@pytest.mark.parametrize("score", scores.SCORE_NAMES)
+@pytest.mark.parametrize("score", registry.FUNCTION_SCORES)
 def test_naive_scores_agree_with_the_library(score):
   rng = np.random.default_rng(1)
   q, k, _ = _random_qkv(rng, (2, 6, 8))

@@ -310,7 +310,7 @@ def test_transformer_beams_share_one_copy_of_the_memory_with_the_same_result(sco
   memory, carry = model.init_decode(jnp.asarray(SRC), 8)
   beam_memory, beam_carry = model.init_beams(memory, carry, 3)
   assert beam_memory["kv"][0][0].shape[0] == SRC.shape[0]  # one copy per sentence
-  assert beam_carry["cache"][0]["keys"].shape[0] == 3 * SRC.shape[0]  # a cache per beam
+  assert beam_carry["cache"][0].keys.shape[0] == 3 * SRC.shape[0]  # a cache per beam
 
 
 def test_one_copy_of_the_memory_saves_what_the_beam_copies_would_hold():

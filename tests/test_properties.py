@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, strategies as st
 
 import attention_jax as aj
-from attention_jax import masks, positional, scores
+from attention_jax import masks, positional, registry, scores
 
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 # Few distinct sizes, so that examples share compiled programs.
@@ -26,7 +26,7 @@ SIZES = st.sampled_from([1, 2, 3, 5])
 def attention_problems(draw):
   lead = tuple(draw(st.lists(st.sampled_from([1, 2, 3]), max_size=2)))
   tq, tk, d = draw(SIZES), draw(SIZES), draw(st.sampled_from([1, 4, 6]))
-  score = draw(st.sampled_from(scores.SCORE_NAMES))
+  score = draw(st.sampled_from(registry.FUNCTION_SCORES))
   implementations = ["plain"] + (["xla", "auto"] if score in ("dot", "scaled_dot") else [])
   return dict(
       lead=lead, tq=tq, tk=tk, d=d, score=score,

@@ -1,5 +1,7 @@
 """The score registry is the one list: every derived list and every layer agree with it."""
 
+import inspect
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -13,27 +15,49 @@ from attention_jax.training import config
 
 def test_derived_lists_follow_the_registry():
   assert layers.SCORES == tuple(registry.SCORES)
-  assert scores.SCORE_NAMES == tuple(n for n, s in registry.SCORES.items() if s.function)
+  assert registry.FUNCTION_SCORES == tuple(n for n, s in registry.SCORES.items() if s.function)
   assert config.ARMS == tuple(registry.SCORES) + registry.NO_ATTENTION_ARMS
-  for name in scores.SCORE_NAMES:  # a pure function of that name exists
-    assert callable(getattr(scores, name))
   for spec in registry.SCORES.values():  # fused names are pure dot-product scores
     assert spec.fused in (None, "dot", "scaled_dot")
-    # projected scores say which pure function the layers apply after the projections
-    assert (spec.on_projected is not None) == spec.projected
-    if spec.on_projected:
-      assert callable(getattr(scores, spec.on_projected))
+    assert (spec.dot_product is None) or spec.function is not None
+    # every parameter a pure function requires is a named parameter of it
+    for param in spec.function_params + spec.function_options:
+      assert param in inspect.signature(spec.function).parameters, (spec.name, param)
+
+
+# The score's own parameters (beyond the projections) in each layer: their
+# names are the paths of the layers' state, which checkpoints are read by.
+RNN_PARAMS = {"additive": {"v": (5,)}, "qk_norm": {"g": ()}, "general": {"w": (6, 6)},
+              "cosine": {"beta": ()},
+              "location": {"location_proj": {"kernel": (6, 9), "bias": (9,)}}}
+MHA_PARAMS = {"additive": {"w_q": (2, 4, 4), "w_k": (2, 4, 4), "v": (2, 4)},
+              "qk_norm": {"g": ()}, "general": {"w": (2, 4, 4)}, "cosine": {"beta": (2,)},
+              "location": {"w_loc": (2, 4, 9), "b_loc": (2, 9)}}
+
+
+def _shapes(module, names):
+  state = nnx.to_pure_dict(nnx.state(module))
+  return {n: jax.tree.map(lambda x: tuple(x.shape), state[n]) for n in names}
 
 
 @pytest.mark.parametrize("name", registry.LAYER_SCORES)
-def test_rnn_attention_layer_has_what_the_registry_says(name):
+def test_each_layer_has_exactly_the_parameters_of_its_form(name):
   spec = registry.SCORES[name]
-  layer = layers.Attention(6, 6, score=name, attention_dim=4, max_source_length=5,
+  layer = layers.Attention(6, 6, score=name, attention_dim=5, max_source_length=9,
                            rngs=nnx.Rngs(0))
-  assert hasattr(layer, "query_proj") == spec.projected
-  for param in spec.params:
-    if param != "w_loc":  # the RNN layer's location score is a Linear
-      assert hasattr(layer, param), param
+  own = set(nnx.state(layer)) - {"query_proj", "key_proj"}
+  assert hasattr(layer, "query_proj") == hasattr(layer, "key_proj") == spec.projected
+  assert set(layer.score_params) == own == set(RNN_PARAMS.get(name, {}))
+  assert _shapes(layer, own) == RNN_PARAMS.get(name, {})
+  mha = layers.MultiHeadAttention(2, 8, score=name, max_length=9, rngs=nnx.Rngs(0))
+  own = set(nnx.state(mha)) - {"query", "key", "value", "out"}
+  assert set(mha.score_params) == own == set(MHA_PARAMS.get(name, {}))
+  assert _shapes(mha, own) == MHA_PARAMS.get(name, {})
+
+
+@pytest.mark.parametrize("name", registry.LAYER_SCORES)
+def test_rnn_attention_layer_checks_what_the_registry_says(name):
+  spec = registry.SCORES[name]
   if spec.same_dim:
     with pytest.raises(ValueError, match="query_dim == key_dim"):
       layers.Attention(6, 8, score=name, rngs=nnx.Rngs(0))

@@ -426,7 +426,7 @@ class Transformer(nnx.Module):
     """Encodes `src [B, S]` and returns `(memory, carry)` for `decode_step`.
 
     memory: `{'kv': per layer (keys, values) [B, H, S, d], 'key_valid': [B, S]}`;
-    carry: `{'cache': per layer {'keys', 'values'} [B, H, max_len, d]}`. Every
+    carry: `{'cache': per layer a `layers.KVCache` [B, H, max_len, d]}`. Every
     leaf has the batch as its leading axis (beam search tiles and reorders it).
     """
     src = common.tokens(src, "src")
