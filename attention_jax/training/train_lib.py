@@ -38,6 +38,7 @@ from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
 from attention_jax.training import interrupts
 from attention_jax.training import multihost
+from attention_jax.training import rundir
 from attention_jax.training import steps
 from attention_jax.training.config import Arm, ExperimentConfig
 
@@ -479,7 +480,7 @@ class EnsembleTrainer:
     """
     cfg = self.cfg
     os.makedirs(run_dir, exist_ok=True)
-    ckpt = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"))
+    ckpt = checkpoints.Checkpointer(rundir.RunDir(run_dir).checkpoints)
     meta = {"step": 0, "train_seconds": 0.0, "best_bleu": self.best_bleu.tolist(),
             "best_step": self.best_step.tolist(), "diverged_at": self.diverged_at.tolist()}
     restored = ckpt.restore_latest(self.arrays(), log=log)
@@ -493,7 +494,7 @@ class EnsembleTrainer:
     self.check_eval_memory(log)
     board = board_lib.Board(run_dir, self.seeds, start_step=meta["step"],
                             enabled=multihost.is_primary(), log=log)
-    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log,
+    metrics = MetricsLog(rundir.RunDir(run_dir).metrics, log=log,
                          write=multihost.is_primary(), board=board)
     metrics.truncate_after(meta["step"])  # drop what a killed run logged past its checkpoint
     try:

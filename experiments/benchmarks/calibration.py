@@ -236,12 +236,9 @@ def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   from attention_jax.training import checkpoints  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import sweep  # pylint: disable=g-import-not-at-top
-  extra = {}
-  if FLAGS.arms is not None:
-    extra["arms"] = common.parse_list("arms", FLAGS.arms)
-  if FLAGS.dims is not None:
-    extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
+  from attention_jax.training import datasets  # pylint: disable=g-import-not-at-top
+  # Given as text: parsed with the other fields (`common.overrides`).
+  extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}
   cfg, _ = common.build_config(extra)
   try:
     cells = parse_cells(FLAGS.cells) if FLAGS.cells else default_cells(cfg.arms, cfg.dims)
@@ -253,7 +250,7 @@ def main(argv):
   except ValueError as e:
     sys.exit(f"error: {e}")
   os.makedirs(FLAGS.workdir, exist_ok=True)
-  data = sweep.load_data(cfg)
+  data = datasets.load_data(cfg)
   measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps)
               for arm, dim in cells]
   n_test = len(data.texts("test")[0])

@@ -275,9 +275,9 @@ def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
     (dict(steps=40), dict(steps=80), None),
 ])
 def test_which_runs_can_be_extended(old, new, needle):
-  from attention_jax.training import sweep
+  from attention_jax.training import rundir
   base = dict(schedule="constant", eval_every=40, diag_every=20)
-  why = sweep._why_not_extended({**base, **old}, {**base, **new})
+  why = rundir.why_not_extended({**base, **old}, {**base, **new})
   assert why is None if needle is None else needle in why
 
 

@@ -16,6 +16,7 @@ import pytest
 from attention_jax.training import checkpoints
 from attention_jax.training import config
 from attention_jax.training import reporting
+from attention_jax.training import rundir
 from attention_jax.training import sweep
 from attention_jax.training import train_lib
 from attention_jax.training import workdir_lock
@@ -274,18 +275,18 @@ def _finished_workdir(tmp_path):
   workdir = str(tmp_path / "w")
   refs = ["a b c d", "e f g h", "i j k l"]
   for arm in _ARMS:
-    run_dir = sweep.group_dir(workdir, arm, 8)
-    os.makedirs(run_dir)
-    sweep._check(run_dir, sweep.fingerprint(cfg, arm, 8))
+    run_dir = rundir.Workdir(workdir).run(config.Arm.of(arm, 8))
+    os.makedirs(run_dir.path)
+    run_dir.check(rundir.fingerprint(cfg, config.Arm.of(arm, 8)))
     rows = [{"arm": arm, "dim": 8, "seed": seed, "params": 1000, "steps": cfg.steps,
              "test_bleu": 10.0 + seed, "val_bleu": 9.0, "val_ppl": 3.0,
              "diverged_at_step": None, "diagnostics": {}} for seed in (0, 1)]
     files = {"result.json": rows,
              "attention.json": {"src": ["a", "</s>"], "hyp": ["a", "</s>"],
                                 "weights": [[1.0, 0.0], [0.0, 1.0]]},
-             sweep.TRANSLATIONS: {"references": refs, "hypotheses": [refs, refs]}}
+             "test_translations.json": {"references": refs, "hypotheses": [refs, refs]}}
     for name, value in files.items():
-      with open(os.path.join(run_dir, name), "w") as f:
+      with open(os.path.join(run_dir.path, name), "w") as f:
         json.dump(value, f)
   return cfg, workdir
 
@@ -301,11 +302,11 @@ def test_the_hand_made_finished_workdir_reports(tmp_path):
     ("result.json", "\x00" * 16),                     # zeroed by a crash
     ("result.json", '{"seed": 0}'),                    # JSON, but not the rows
     ("attention.json", "[1, 2"),
-    (sweep.TRANSLATIONS, b"\xff\xfe garbage"),         # not even text
+    ("test_translations.json", b"\xff\xfe garbage"),         # not even text
 ])
 def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damage):
   cfg, workdir = _finished_workdir(tmp_path)
-  path = os.path.join(sweep.group_dir(workdir, "multiplicative", 8), name)
+  path = os.path.join(workdir, "runs", "multiplicative_d8", name)
   with open(path, "wb") as f:
     f.write(damage if isinstance(damage, bytes) else damage.encode())
   with pytest.raises(ValueError) as info:
