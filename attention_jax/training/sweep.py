@@ -92,8 +92,9 @@ class Plan:
     """Holds the locks of the workdir and of every grid point's (those that
     exist, with `existing_only`): one driver per workdir. A lock refused
     releases those taken before it."""
+    folders = [self.workdir] + ([p.workdir for p in self.points] if self.grid else [])
     with contextlib.ExitStack() as stack:
-      for workdir in [self.workdir] + [p.workdir for p in self.points if self.grid is not None]:
+      for workdir in folders:
         if workdir.exists or not existing_only:
           stack.enter_context(workdir.lock(log=log))
       yield

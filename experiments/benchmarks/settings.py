@@ -1,9 +1,11 @@
 """Every knob of the benchmark in one frozen `Settings`, and the presets.
 
 A preset is a complete `Settings`; a command line starts from one and
-replaces the fields it names (`experiments/benchmark.py`). Each field has
-the name of its flag, so an invalid value raises a ValueError that names the
-flag (`--seq_lens`, ...), whether it came from a flag or from code.
+replaces the fields it names (`experiments/benchmark.py`). Each field is
+the flag of its name, made from the field's type and help metadata
+(`common.define_field_flags`, as the ablation's from `ExperimentConfig`), so
+an invalid value raises a ValueError that names the flag (`--seq_lens`, ...),
+whether it came from a flag or from code.
 
 Glossary (kernel suite): B batch, H heads, T sequence length (Tq = Tk),
 D head size; (additive suite) a attention size.
