@@ -12,7 +12,7 @@ vmapped program. Re-running the same command skips finished pairs and resumes
 an interrupted one from its last checkpoint. `--sweep=FIELD=V1,V2,...` (any
 config field, repeatable) makes a grid of such sweeps, one workdir per point
 inside --workdir, with tables and plots of the arms against the first axis.
-See attention_jax/training/sweep.py for the workdir layout.
+See attention_jax/training/rundir.py for the workdir layout.
 """
 
 from absl import app
@@ -34,11 +34,8 @@ FLAGS = flags.FLAGS
 
 
 def main(argv):
-  extra = {}
-  if FLAGS.arms is not None:
-    extra["arms"] = common.parse_list("arms", FLAGS.arms)
-  if FLAGS.dims is not None:
-    extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
+  # Given as text: parsed with the other fields (`common.overrides`).
+  extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}
   common.run_sweep(argv, extra, FLAGS.sweep, report_only=FLAGS.report_only)
 
 

@@ -40,7 +40,6 @@ This file is the command line only: flags -> `Settings` (preset + flags given)
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import time
@@ -50,7 +49,7 @@ from absl import flags
 from absl import logging
 
 from attention_jax import benchmarking as bm
-from attention_jax.training import checkpoints
+from attention_jax.training import files
 from attention_jax.training import workdir_lock
 from experiments import common
 from experiments.benchmarks import additive
@@ -64,70 +63,12 @@ from experiments.benchmarks import settings as settings_lib
 FLAGS = flags.FLAGS
 
 SUITES = {"kernels": kernels, "additive": additive, "models": models}
-_DEFAULTS = {f.name: f.default for f in dataclasses.fields(settings_lib.Settings)
-             if f.default is not dataclasses.MISSING}
-
-
-def _default(name: str):
-  """The flag's default: the Settings default of a field no preset sets, else None."""
-  return _DEFAULTS.get(name)
-
 
 flags.DEFINE_string("workdir", None, "Output folder for benchmark.jsonl, benchmark.md and plots.")
 flags.DEFINE_enum("preset", "cpu", list(settings_lib.PRESETS),
                   "Starting values; explicit flags override them.")
-flags.DEFINE_string("suite", None, f"Comma-separated suites from {settings_lib.SUITES}.")
-flags.DEFINE_string("impls", None, f"Kernel-suite implementations from {settings_lib.IMPLS}: "
-                    "the library's attention per score (`implementation=--library_implementation`), "
-                    "scaled_dot_plain / scaled_dot_blockwise (the library's two CPU paths), "
-                    "naive (float32 einsum reference), jax.nn.dot_product_attention "
-                    "(jax_xla, jax_cudnn: GPU, half precision), flax.nnx.dot_product_attention "
-                    "(nnx) and PyTorch's scaled_dot_product_attention on CPU (torch).")
-flags.DEFINE_string("seq_lens", None, "Comma-separated sequence lengths T (Tq = Tk).")
-flags.DEFINE_string("head_dims", None, "Comma-separated head sizes D.")
-flags.DEFINE_string("heads", None, "Comma-separated head counts H.")
-flags.DEFINE_string("batch", None, "Comma-separated batch sizes B.")
-flags.DEFINE_string("causal", None, "Comma-separated booleans (false,true).")
-flags.DEFINE_string("dtypes", None, f"Comma-separated input dtypes from {settings_lib.DTYPES}.")
-flags.DEFINE_string("modes", None, f"Comma-separated from {settings_lib.MODES}.")
-flags.DEFINE_string("library_implementation", _default("library_implementation"),
-                    "`implementation` argument of the library's attention for the per-score "
-                    f"impls, one of {settings_lib.LIBRARY_IMPLEMENTATIONS}.")
-flags.DEFINE_integer("repeats", None, "Timed calls per measurement (at most; see --time_budget_s).")
-flags.DEFINE_integer("warmup", None, "Discarded calls before timing.")
-flags.DEFINE_float("time_budget_s", _default("time_budget_s"), "Fewer repeats (but at least 3) "
-                   "when one round of calls (every implementation once) takes longer than this "
-                   "budget divided by --repeats.")
-flags.DEFINE_float("max_other_load", None, "Retry a case's timing when other processes kept "
-                   "more than this many cores busy during it (CPU contention on shared "
-                   "machines; Linux only). The row records the load of the attempt kept.")
-flags.DEFINE_integer("load_retries", _default("load_retries"),
-                     "Retries per case under --max_other_load.")
-flags.DEFINE_float("load_retry_pause_s", _default("load_retry_pause_s"),
-                   "Pause before such a retry.")
-flags.DEFINE_float("memory_limit_gb", None, "Skip a program whose compiled memory exceeds this; "
-                   "default: 90% of the accelerator's memory, or half the available RAM on CPU.")
-flags.DEFINE_float("peak_tflops", None, "Dense peak TFLOP/s for %-of-peak where the built-in "
-                   "table has no entry (e.g. CPUs).")
-flags.DEFINE_integer("additive_batch", None, "Additive suite: batch B.")
-flags.DEFINE_integer("additive_dim", None, "Additive suite: attention size a (dq = dk = dv = 64).")
-flags.DEFINE_string("additive_seq_lens", None, "Additive suite: lengths T for the memory curve.")
-flags.DEFINE_integer("additive_time_max_len", None, "Additive suite: time (not only compile) "
-                     "the programs up to this length.")
-flags.DEFINE_integer("additive_max_len", None, "Kernel suite: longest T for the `additive` impl "
-                     "(its [B, H, T, T, D] tanh work grows fastest).")
-flags.DEFINE_integer("model_batch", None, "Models suite: sentences per batch.")
-flags.DEFINE_integer("model_seq_len", None, "Models suite: source and target length.")
-flags.DEFINE_integer("model_seeds", None, "Models suite: N for vmapped vs sequential seeds.")
-flags.DEFINE_enum("model_size", None, list(settings_lib.MODEL_SIZES),
-                  "Models suite: base = Britz-base RNN / Transformer-base; small and tiny "
-                  "shrink widths and vocabulary for CPUs and tests.")
-flags.DEFINE_string("models", ",".join(_default("models")), "Models suite: which models, from "
-                    f"{settings_lib.MODEL_NAMES}.")
-flags.DEFINE_integer("model_vocab", None, "Models suite: vocabulary size (default by size).")
-flags.DEFINE_integer("model_steps", _default("model_steps"), "Models suite: training steps per "
-                     "timed call (one compiled `lax.scan`).")
-flags.DEFINE_integer("seed", _default("seed"), "PRNG seed of the random inputs.")
+# A flag per `Settings` field (--suite, --impls, --seq_lens, ...), its help in the field.
+common.define_field_flags(settings_lib.Settings)
 flags.DEFINE_float("max_minutes", None, "Stop before the first case that would start after "
                    "this many minutes (the rows so far are on disk; the same command continues).")
 flags.DEFINE_bool("resume", True, "Skip the cases benchmark.jsonl holds already for this "
@@ -142,9 +83,7 @@ def _fail(message: str):
 
 def settings_from_flags() -> settings_lib.Settings:
   """The preset with the flags given on the command line; a ValueError names a bad flag."""
-  given = {f.name: FLAGS[f.name].value for f in dataclasses.fields(settings_lib.Settings)
-           if FLAGS[f.name].present}
-  return settings_lib.from_preset(FLAGS.preset, **given)
+  return settings_lib.from_preset(FLAGS.preset, **common.overrides(settings_lib.Settings))
 
 
 def main(argv):
@@ -207,7 +146,7 @@ def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
     except resume.OutOfTime:
       stopped = True
   rows = progress.rows_asked()
-  checkpoints.atomic_write(os.path.join(workdir, "benchmark.md"),
+  files.atomic_write(os.path.join(workdir, "benchmark.md"),
                            report.markdown_tables(rows, machine, command))
   for name in report.plot(rows, workdir):
     print(f"wrote {os.path.join(workdir, name)}")

@@ -1,8 +1,10 @@
-"""Flags and plumbing shared by the absl drivers `train` and `ablation`.
+"""Flags and plumbing shared by the absl drivers `train`, `ablation` and `benchmark`.
 
-Every field of `ExperimentConfig` is a flag of the same name whose default is
-"take it from the preset"; a flag given on the command line overrides the
-preset. An invalid value stops the driver with one line, before any work.
+Every field of a driver's settings dataclass (`ExperimentConfig`, the
+benchmark's `Settings`) is a flag of the same name whose default is "take it
+from the preset", its help in the field's metadata (`config.flag_field`); a
+flag given on the command line overrides the preset (`define_field_flags`,
+`overrides`). An invalid value stops the driver with one line, before any work.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import types
 import typing
 
 from absl import flags
@@ -22,29 +25,18 @@ from attention_jax.training import interrupts
 
 FLAGS = flags.FLAGS
 
-_DEFAULTS = config_lib.ExperimentConfig()
-
 # Fields the individual drivers define themselves.
 _OWN = ("arms", "dims")
 
 
 def define_flags(skip: tuple[str, ...] = ()) -> None:
+  """The command line of a training driver: --preset, --workdir, a flag per
+  `ExperimentConfig` field (but `arms`, `dims` and `skip`) and the multi-host
+  flags."""
   flags.DEFINE_enum("preset", "quick", list(config_lib.PRESETS),
                     "Starting values for every field; explicit flags override them.")
   flags.DEFINE_string("workdir", None, "Output folder (results, checkpoints, plots).")
-  hints = typing.get_type_hints(config_lib.ExperimentConfig)
-  for field in dataclasses.fields(config_lib.ExperimentConfig):
-    if field.name in _OWN or field.name in skip:
-      continue
-    help_text = (f"{field.metadata['help']} [dataclass default: "
-                 f"{getattr(_DEFAULTS, field.name)!r}]")
-    kind = hints[field.name]
-    if kind is int:
-      flags.DEFINE_integer(field.name, None, help_text)
-    elif kind is float:
-      flags.DEFINE_float(field.name, None, help_text)
-    else:
-      flags.DEFINE_string(field.name, None, help_text)
+  define_field_flags(config_lib.ExperimentConfig, skip=_OWN + tuple(skip))
   flags.DEFINE_string("coordinator_address", None,
                       "host:port of process 0; with --num_processes and --process_id "
                       "starts jax.distributed for multi-host data parallelism.")
@@ -52,14 +44,70 @@ def define_flags(skip: tuple[str, ...] = ()) -> None:
   flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
 
 
-def overrides(extra: dict | None = None) -> dict:
-  """The fields given explicitly on the command line."""
+def _kind(hint) -> type:
+  """The type a field annotated `hint` holds, `X | None` read as X."""
+  args = [a for a in typing.get_args(hint) if a is not type(None)]
+  if typing.get_origin(hint) in (typing.Union, types.UnionType) and len(args) == 1:
+    return args[0]
+  return hint
+
+
+def item_type(cls, name: str) -> type | None:
+  """The item type of `cls`'s tuple field `name` (`tuple[int, ...]`: int);
+  None for a field that is no tuple."""
+  hint = _kind(typing.get_type_hints(cls)[name])
+  return typing.get_args(hint)[0] if typing.get_origin(hint) is tuple else None
+
+
+def define_field_flags(cls, skip: tuple[str, ...] = (),
+                       flag_values: flags.FlagValues = FLAGS) -> None:
+  """A flag per field of the dataclass `cls` (but `skip`), named as the field,
+  its help from the field's metadata (`help`, with the dataclass default where
+  there is one) and its default None ("take it from the preset"): an integer or
+  float flag for such a field (or one that may be None), an enum for a field
+  whose metadata lists `choices`, else a string (a tuple field's is
+  comma-separated, `parse_list`), in `flag_values`."""
+  hints = typing.get_type_hints(cls)
+  for field in dataclasses.fields(cls):
+    if field.name in skip:
+      continue
+    help_text = field.metadata["help"]
+    if field.default is not dataclasses.MISSING:
+      help_text += f" [dataclass default: {field.default!r}]"
+    kind = _kind(hints[field.name])
+    if field.metadata.get("choices"):
+      flags.DEFINE_enum(field.name, None, list(field.metadata["choices"]), help_text,
+                        flag_values=flag_values)
+    elif kind is int:
+      flags.DEFINE_integer(field.name, None, help_text, flag_values=flag_values)
+    elif kind is float:
+      flags.DEFINE_float(field.name, None, help_text, flag_values=flag_values)
+    elif kind is str or typing.get_origin(kind) is tuple:
+      flags.DEFINE_string(field.name, None, help_text, flag_values=flag_values)
+    else:
+      raise TypeError(f"{cls.__name__}.{field.name}: no flag for a field of type {kind}.")
+
+
+def parse_fields(cls, values: dict) -> dict:
+  """`values` (field of `cls` -> value) with the text given for a tuple field
+  parsed into its tuple (`parse_list`); everything else as given."""
   out = {}
-  for field in dataclasses.fields(config_lib.ExperimentConfig):
+  for name, value in values.items():
+    cast = item_type(cls, name) if isinstance(value, str) else None
+    out[name] = parse_list(name, value, cast) if cast is not None else value
+  return out
+
+
+def overrides(cls=config_lib.ExperimentConfig, extra: dict | None = None) -> dict:
+  """The fields of `cls` given explicitly on the command line, and `extra`
+  (the driver's own flags), a tuple field given as text parsed (`parse_fields`):
+  a ValueError names the flag."""
+  out = {}
+  for field in dataclasses.fields(cls):
     if field.name in FLAGS and FLAGS[field.name].present:
       out[field.name] = FLAGS[field.name].value
   out.update(extra or {})
-  return out
+  return parse_fields(cls, out)
 
 
 def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
@@ -70,9 +118,9 @@ def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
     `(config, axes)`: axes as `config.parse_axis` gives them.
   """
   try:
+    given = overrides(extra=extra)
     if not FLAGS.workdir:
       raise ValueError("`--workdir` is required.")
-    given = overrides(extra)
     cfg = config_lib.from_preset(FLAGS.preset, **given)
     config_lib.check_family(cfg.model, given)
     axes = tuple(config_lib.parse_axis(text) for text in sweep)
@@ -100,13 +148,25 @@ def check_output_dir(flag: str, path: str) -> None:
     raise ValueError(f"`--{flag}` {path}: no permission to write in {probe}.")
 
 
-def parse_list(name: str, value: str, cast=str) -> tuple:
+def _bool(text: str) -> bool:
+  if text.lower() in ("true", "1", "yes"):
+    return True
+  if text.lower() in ("false", "0", "no"):
+    return False
+  raise ValueError(text)
+
+
+def parse_list(name: str, value: str, cast: type = str) -> tuple:
+  """The comma-separated text of flag `--name` as a tuple of `cast` (a bool
+  from true/false, 1/0, yes/no); a ValueError names the flag."""
+  parse = _bool if cast is bool else cast
   try:
-    items = tuple(cast(v.strip()) for v in value.split(",") if v.strip())
+    items = tuple(parse(v.strip()) for v in str(value).split(",") if v.strip())
   except ValueError:
-    sys.exit(f"error: `--{name}` must be a comma-separated list of {cast.__name__}, got {value!r}.")
+    raise ValueError(f"`--{name}` must be a comma-separated list of {cast.__name__}, "
+                     f"got {value!r}.") from None
   if not items:
-    sys.exit(f"error: `--{name}` is empty.")
+    raise ValueError(f"`--{name}` is empty.")
   return items
 
 

@@ -63,7 +63,7 @@ import re
 import sys
 import time
 import types
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from absl import app
 from absl import flags

@@ -6,6 +6,10 @@
 # d_k=8), 2 seeds, 40 steps -- with the code of commit $1 (a temporary git worktree)
 # and with the working tree, then compares, per sweep: results.jsonl (every field but
 # train_seconds and provenance), every run's metrics.jsonl byte for byte, and table.md.
+# Then, per sweep, a workdir made by commit $1 resumes under the working tree: $1
+# trains the first 20 steps, the working tree extends that workdir to 40 (restoring
+# its checkpoints and reading its config.json), and the outputs must again equal
+# those of the working tree's run from scratch.
 # Exits 1 if anything differs.
 set -euo pipefail
 before_commit=$1
@@ -53,6 +57,33 @@ for rel in logs:
   print(" ", rel, "byte-identical:", same)
 same_table = open(f"{before}/table.md").read() == open(f"{after}/table.md").read()
 print("table.md identical:", same_table)
+sys.exit(0 if same_rows and same_logs and same_table else 1)
+PY
+  (cd "$tmp/src" && "$py" -m experiments.ablation $flags --steps=20 --workdir="$tmp/resumed_$name" \
+     > "$tmp/resumed_before_$name.log" 2>&1) \
+    || { echo "before ($before_commit), 20 steps, failed:"; tail -5 "$tmp/resumed_before_$name.log"; exit 2; }
+  "$py" -m experiments.ablation $flags --workdir="$tmp/resumed_$name" > "$tmp/resumed_after_$name.log" 2>&1 \
+    || { echo "after (working tree), resuming, failed:"; tail -5 "$tmp/resumed_after_$name.log"; exit 2; }
+  extended=$(grep -c "extended from 20 to 40 steps" "$tmp/resumed_after_$name.log" || true)
+  echo "resumed: $extended runs extended from 20 to 40 steps by the working tree"
+  [ "$extended" -gt 0 ] || status=1
+  "$py" - "$tmp/resumed_$name" "$tmp/after_$name" <<'PY' || status=1
+import glob, json, os, sys
+resumed, scratch = sys.argv[1], sys.argv[2]
+def rows(w):
+  out = {}
+  for line in open(f"{w}/results.jsonl"):
+    r = json.loads(line); r.pop("train_seconds", None); r.pop("provenance", None)
+    out[(r["arm"], r["dim"], r["seed"])] = r
+  return out
+same_rows = rows(resumed) == rows(scratch)
+logs = sorted(os.path.relpath(p, scratch) for p in glob.glob(f"{scratch}/runs/*/metrics.jsonl"))
+same_logs = bool(logs) and all(
+    open(os.path.join(scratch, rel), "rb").read() == open(os.path.join(resumed, rel), "rb").read()
+    for rel in logs)
+same_table = open(f"{resumed}/table.md").read() == open(f"{scratch}/table.md").read()
+print("resumed workdir vs the working tree from scratch: results.jsonl", same_rows,
+      "| every metrics.jsonl byte-identical", same_logs, "| table.md", same_table)
 sys.exit(0 if same_rows and same_logs and same_table else 1)
 PY
 done

@@ -92,7 +92,7 @@ def test_the_new_score_trains_in_both_families(new_score, model):
   extra = dict(hidden_dim=16, num_heads=2) if model == "transformer" else {}
   cfg = config.from_preset("smoke", model=model, arms=(NAME,), dims=(8,), **extra)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = train_lib.EnsembleTrainer(cfg, config.Arm.of(NAME, 8), data, (0,))
+  trainer = train_lib.EnsembleTrainer(cfg.point(config.Arm.of(NAME, 8)), data, (0,))
   batch = next(trainer._train_batches(0))
   losses = [float(trainer.train_step(batch, s)[0]) for s in range(6)]  # one batch, learnt
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses

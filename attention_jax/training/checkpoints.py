@@ -1,4 +1,4 @@
-"""Crash-safe persistence: Orbax checkpoints and atomic file writes.
+"""Crash-safe checkpoints: Orbax, with a SHA-256 sum per file.
 
 Orbax writes each checkpoint into a temporary folder and renames it when
 complete, so a `kill -9` mid-save leaves the previous checkpoint intact; the
@@ -10,113 +10,18 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import json
 import logging
-import math
 import os
 import re
 import sys
-import tempfile
 import warnings
 from typing import Any, Callable, Iterator
 
 import jax
-import numpy as np
 import orbax.checkpoint as ocp
 
+from attention_jax.training import files
 from attention_jax.training import multihost
-
-
-TMP_PREFIX = ".tmp-"
-
-
-def _umask() -> int:
-  mask = os.umask(0)
-  os.umask(mask)
-  return mask
-
-
-def atomic_write(path: str, data: str | bytes) -> None:
-  """Replaces `path` with `data` so that readers see the old or the new file, never half.
-
-  The file gets the mode a plain `open(path, "w")` would give (0666 less the
-  umask), not mkstemp's 0600, so a shared results folder stays readable. A
-  kill between mkstemp and the rename leaves a `.tmp-<name>*` file, which
-  `remove_stale_temporaries` clears at the next start.
-  """
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(dir=folder, prefix=TMP_PREFIX + os.path.basename(path))
-  try:
-    os.fchmod(fd, 0o666 & ~_umask())
-    with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w",
-                   **({} if isinstance(data, bytes) else {"encoding": "utf-8"})) as f:
-      f.write(data)
-      f.flush()
-      os.fsync(f.fileno())
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
-def finite(value: Any) -> Any:
-  """`value` with every NaN and ±inf (in dicts, lists and tuples too) made
-  None: JSON has no such numbers, Python's `json` writes them as bare `NaN`
-  and `Infinity`, and strict parsers (jq, JavaScript, pandas' engine) reject
-  the whole line."""
-  if isinstance(value, (float, np.floating)):
-    return float(value) if math.isfinite(value) else None
-  if isinstance(value, dict):
-    return {k: finite(v) for k, v in value.items()}
-  if isinstance(value, (list, tuple)):
-    return [finite(v) for v in value]
-  return value
-
-
-def to_json(value: Any, **kwargs) -> str:
-  """`json.dumps` of `finite(value)`: strict JSON, non-finite numbers as null."""
-  return json.dumps(finite(value), allow_nan=False, **kwargs)
-
-
-def read_json(path: str, kind: type | None = None, remedy: str = "") -> Any:
-  """The JSON value in the file `path`, which must exist.
-
-  A file that does not parse (or, with `kind`, holds another type of value)
-  raises a ValueError of one line naming it, and `remedy` (what to do about
-  it) if given, in place of a JSON error that names no file.
-  """
-  with open(path, "rb") as f:
-    data = f.read()
-  try:
-    value = json.loads(data)
-  except ValueError as e:  # JSONDecodeError, or bytes that are not text
-    why = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "not text"
-    raise ValueError(f"{path} is damaged (not JSON: {why})"
-                     + (f"; {remedy}" if remedy else "") + ".") from None
-  if kind is not None and not isinstance(value, kind):
-    raise ValueError(f"{path} is damaged (a JSON {type(value).__name__}, not a "
-                     f"{kind.__name__})" + (f"; {remedy}" if remedy else "") + ".")
-  return value
-
-
-def remove_stale_temporaries(folder: str) -> list[str]:
-  """Deletes `atomic_write` leftovers (`.tmp-*` files) directly under `folder`
-  and its run folders; call it only while holding the workdir lock. Returns
-  the removed paths."""
-  removed = []
-  for root, dirs, files in os.walk(folder):
-    dirs[:] = [d for d in dirs if d != "checkpoints"]  # Orbax cleans its own
-    for name in files:
-      if name.startswith(TMP_PREFIX):
-        path = os.path.join(root, name)
-        try:
-          os.remove(path)
-          removed.append(path)
-        except FileNotFoundError:
-          pass
-  return removed
 
 
 class Checkpointer:
@@ -160,7 +65,8 @@ class Checkpointer:
       raise error from None
     if not multihost.is_primary():
       return
-    atomic_write(self._sums_path(step), to_json(_digests(self._step_dir(step)), indent=0))
+    files.atomic_write(self._sums_path(step),
+                       files.to_json(_digests(self._step_dir(step)), indent=0))
     kept = {str(s) for s in self.manager.all_steps()}
     for name in os.listdir(self.sums_dir):
       if name.endswith(".json") and name[:-5] not in kept:  # Orbax removed that step
@@ -225,7 +131,7 @@ class Checkpointer:
   def _verify(self, step: int) -> str | None:
     """None if the step matches its checksums, else what differs."""
     try:
-      expected = read_json(self._sums_path(step), dict)
+      expected = files.read_json(self._sums_path(step), dict)
     except FileNotFoundError:
       return f"its checksum file {self._sums_path(step)} is gone"
     except ValueError:
@@ -343,8 +249,8 @@ def os_error(error: BaseException, path: str) -> OSError | None:
 def _digests(folder: str) -> dict[str, str]:
   """SHA-256 of every file under `folder`, keyed by relative path."""
   out = {}
-  for root, _, files in os.walk(folder):
-    for name in files:
+  for root, _, names in os.walk(folder):
+    for name in names:
       path = os.path.join(root, name)
       h = hashlib.sha256()
       with open(path, "rb") as f:

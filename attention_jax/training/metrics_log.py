@@ -13,7 +13,7 @@ import math
 import os
 from typing import TYPE_CHECKING, Callable
 
-from attention_jax.training import checkpoints
+from attention_jax.training import files
 
 if TYPE_CHECKING:
   from attention_jax.training import board as board_lib
@@ -60,12 +60,12 @@ class MetricsLog:
   def truncate_after(self, step: int) -> None:
     if not self.write:
       return
-    self._lines = [checkpoints.to_json(r) + "\n" for r in self.read() if r["step"] <= step]
+    self._lines = [files.to_json(r) + "\n" for r in self.read() if r["step"] <= step]
     self._rewrite()
 
   def _rewrite(self) -> None:
     text = "".join(self._lines)
-    checkpoints.atomic_write(self.path, text)
+    files.atomic_write(self.path, text)
     self._size = len(text.encode())
 
   def append(self, row: dict) -> None:
@@ -73,7 +73,7 @@ class MetricsLog:
       return
     if self.board is not None:
       self.board.row(row)
-    line = checkpoints.to_json(row) + "\n"
+    line = files.to_json(row) + "\n"
     if self._lines is None:  # not opened for writing by truncate_after
       with open(self.path, "a") as f:
         f.write(line)

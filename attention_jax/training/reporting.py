@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 import io
-import os
 from typing import Callable, Iterable, Sequence
 
 import matplotlib
@@ -18,7 +17,7 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from attention_jax.training import checkpoints  # noqa: E402
+from attention_jax.training import files  # noqa: E402
 
 
 def _fmt_params(n: int) -> str:
@@ -105,7 +104,7 @@ def save_figure(fig, path: str) -> None:
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
   plt.close(fig)
-  checkpoints.atomic_write(path, buf.getvalue())
+  files.atomic_write(path, buf.getvalue())
 
 
 def plot_ablation(rows: Sequence[dict], arms: Sequence[str], path: str) -> None:
@@ -273,6 +272,6 @@ def plot_attention(attention: dict, title: str, path: str) -> None:
 
 
 def write_jsonl(path: str, rows: Iterable[dict]) -> None:
-  """One strict JSON line per row (NaN and ±inf as null, `checkpoints.to_json`)."""
-  checkpoints.atomic_write(path, "".join(checkpoints.to_json(r, sort_keys=True) + "\n"
+  """One strict JSON line per row (NaN and ±inf as null, `files.to_json`)."""
+  files.atomic_write(path, "".join(files.to_json(r, sort_keys=True) + "\n"
                                          for r in rows))

@@ -40,7 +40,7 @@ from sacrebleu.significance import PairedTest
 # Trials per test: sacrebleu's default for approximate randomisation.
 TRIALS = 10_000
 # The version of `compare_runs`'s result; a cached result of another version is
-# recomputed (`sweep.significance`). 1: before `deltas` and `signs_agree`;
+# recomputed (`reports.significance`). 1: before `deltas` and `signs_agree`;
 # 2: before a zero difference got p = 1.
 FORMAT = 3
 

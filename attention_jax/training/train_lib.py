@@ -37,6 +37,7 @@ from attention_jax.training import diagnostics
 from attention_jax.training import evaluation
 from attention_jax.training import multihost
 from attention_jax.training import periodic
+from attention_jax.training import rundir
 from attention_jax.training import steps
 from attention_jax.training.metrics_log import MetricsLog
 from attention_jax.training.placement import Placement
@@ -94,10 +95,6 @@ class EnsembleTrainer:
   def __init__(self, run: RunConfig, data, seeds: tuple[int, ...] | None = None,
                mesh: Mesh | None = None):
     """`seeds` default to `range(run.seeds)`; `mesh` splits batches over its devices."""
-    if not isinstance(run, RunConfig):
-      # Transitional, for a caller not yet changed (experiments/benchmarks/
-      # calibration.py): `(sweep config, arm, data, seeds)`.
-      run, data, seeds, mesh = run.point(data), seeds, mesh, None
     self.run_config, self.arm, self.data = run, run.arm, data
     self.seeds = tuple(int(s) for s in (range(run.seeds) if seeds is None else seeds))
     self.tok = data.tokenizer
@@ -258,7 +255,7 @@ class EnsembleTrainer:
     step's checkpoint saved.
     """
     os.makedirs(run_dir, exist_ok=True)
-    ckpt = checkpoints.Checkpointer(os.path.join(run_dir, "checkpoints"))
+    ckpt = checkpoints.Checkpointer(rundir.RunDir(run_dir).checkpoints)
     restored = ckpt.restore_latest(self.state.arrays(), log=log)
     if restored is not None:
       self.state = self.state.restored(*restored)
@@ -266,7 +263,7 @@ class EnsembleTrainer:
     self.evaluator.check_memory(log)
     board = board_lib.Board(run_dir, self.seeds, start_step=self.state.step,
                             enabled=multihost.is_primary(), log=log)
-    metrics = MetricsLog(os.path.join(run_dir, "metrics.jsonl"), log=log,
+    metrics = MetricsLog(rundir.RunDir(run_dir).metrics, log=log,
                          write=multihost.is_primary(), board=board)
     metrics.truncate_after(self.state.step)  # drop what a killed run logged past its checkpoint
     try:

@@ -39,7 +39,6 @@ from typing import Any, Callable
 
 from absl import app
 from absl import flags
-import numpy as np
 
 from experiments import common
 
@@ -188,8 +187,7 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
   start = time.perf_counter()
-  trainer = train_lib.EnsembleTrainer(cfg, config_lib.Arm.of(arm_name, dim), data,
-                                      tuple(range(cfg.seeds)))
+  trainer = train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)), data)
   build_s = time.perf_counter() - start
   batches = trainer._train_batches(0)  # pylint: disable=protected-access
   first_step_s = _timed(lambda: trainer.train_step(next(batches), 0))
@@ -235,13 +233,10 @@ def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
-  from attention_jax.training import checkpoints  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import sweep  # pylint: disable=g-import-not-at-top
-  extra = {}
-  if FLAGS.arms is not None:
-    extra["arms"] = common.parse_list("arms", FLAGS.arms)
-  if FLAGS.dims is not None:
-    extra["dims"] = common.parse_list("dims", FLAGS.dims, int)
+  from attention_jax.training import datasets  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  # Given as text: parsed with the other fields (`common.overrides`).
+  extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}
   cfg, _ = common.build_config(extra)
   try:
     cells = parse_cells(FLAGS.cells) if FLAGS.cells else default_cells(cfg.arms, cfg.dims)
@@ -253,7 +248,7 @@ def main(argv):
   except ValueError as e:
     sys.exit(f"error: {e}")
   os.makedirs(FLAGS.workdir, exist_ok=True)
-  data = sweep.load_data(cfg)
+  data = datasets.load_data(cfg)
   measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps)
               for arm, dim in cells]
   n_test = len(data.texts("test")[0])
@@ -266,10 +261,10 @@ def main(argv):
               f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
   out = {"measured": [dataclasses.asdict(t) for t in measured], "plan": result,
          "settings": settings}
-  checkpoints.atomic_write(os.path.join(FLAGS.workdir, "calibration.json"),
+  files.atomic_write(os.path.join(FLAGS.workdir, "calibration.json"),
                            json.dumps(out, indent=1))
   text = markdown(measured, result, settings)
-  checkpoints.atomic_write(os.path.join(FLAGS.workdir, "calibration.md"), text)
+  files.atomic_write(os.path.join(FLAGS.workdir, "calibration.md"), text)
   print(text)
 
 

@@ -1,9 +1,11 @@
 """Every knob of the benchmark in one frozen `Settings`, and the presets.
 
 A preset is a complete `Settings`; a command line starts from one and
-replaces the fields it names (`experiments/benchmark.py`). Each field has
-the name of its flag, so an invalid value raises a ValueError that names the
-flag (`--seq_lens`, ...), whether it came from a flag or from code.
+replaces the fields it names (`experiments/benchmark.py`). Each field is
+the flag of its name, made from the field's type and help metadata
+(`common.define_field_flags`, as the ablation's from `ExperimentConfig`), so
+an invalid value raises a ValueError that names the flag (`--seq_lens`, ...),
+whether it came from a flag or from code.
 
 Glossary (kernel suite): B batch, H heads, T sequence length (Tq = Tk),
 D head size; (additive suite) a attention size.
@@ -15,6 +17,7 @@ import dataclasses
 from typing import Any, Callable
 
 from attention_jax import registry
+from experiments import common
 
 SUITES = ("kernels", "additive", "models")
 # The library's attention, one implementation per pure score function;
@@ -30,49 +33,83 @@ MODEL_NAMES = ("rnn_seq2seq", "transformer")
 MODEL_SIZES = ("tiny", "small", "base")
 
 
+def _setting(help_text: str, default: Any = dataclasses.MISSING,
+             choices: tuple | None = None):
+  """A `Settings` field with the help of its flag (`common.define_field_flags`),
+  `choices` making the flag an enum; no default: every preset sets it."""
+  metadata = {"help": help_text, **({"choices": choices} if choices else {})}
+  return dataclasses.field(default=default, metadata=metadata)
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Settings:
-  """What to measure and how. Fields without a default are set by every preset."""
+  """What to measure and how. Fields without a default are set by every preset;
+  each field is a flag of the same name, its help in the field's metadata."""
   # Which suites run, in this order.
-  suite: tuple[str, ...]
+  suite: tuple[str, ...] = _setting(f"Comma-separated suites from {SUITES}.")
   # Kernel suite: the implementations and the sweep (every combination).
-  impls: tuple[str, ...]
-  seq_lens: tuple[int, ...]
-  head_dims: tuple[int, ...]
-  heads: tuple[int, ...]
-  batch: tuple[int, ...]
-  causal: tuple[bool, ...]
-  dtypes: tuple[str, ...]
-  modes: tuple[str, ...]
-  library_implementation: str = "auto"  # `implementation=` of the per-score impls
-  additive_max_len: int  # longest T for the `additive` impl
-  peak_tflops: float | None = None  # for % of peak where the built-in table has none
+  impls: tuple[str, ...] = _setting(
+      f"Kernel-suite implementations from {IMPLS}: the library's attention per score "
+      "(`implementation=--library_implementation`), scaled_dot_plain / "
+      "scaled_dot_blockwise (the library's two CPU paths), naive (float32 einsum "
+      "reference), jax.nn.dot_product_attention (jax_xla, jax_cudnn: GPU, half "
+      "precision), flax.nnx.dot_product_attention (nnx) and PyTorch's "
+      "scaled_dot_product_attention on CPU (torch).")
+  seq_lens: tuple[int, ...] = _setting("Comma-separated sequence lengths T (Tq = Tk).")
+  head_dims: tuple[int, ...] = _setting("Comma-separated head sizes D.")
+  heads: tuple[int, ...] = _setting("Comma-separated head counts H.")
+  batch: tuple[int, ...] = _setting("Comma-separated batch sizes B.")
+  causal: tuple[bool, ...] = _setting("Comma-separated booleans (false,true).")
+  dtypes: tuple[str, ...] = _setting(f"Comma-separated input dtypes from {DTYPES}.")
+  modes: tuple[str, ...] = _setting(f"Comma-separated from {MODES}.")
+  library_implementation: str = _setting(
+      "`implementation` argument of the library's attention for the per-score impls, one "
+      f"of {LIBRARY_IMPLEMENTATIONS}.", "auto")
+  additive_max_len: int = _setting("Kernel suite: longest T for the `additive` impl (its "
+                                   "[B, H, T, T, D] tanh work grows fastest).")
+  peak_tflops: float | None = _setting(
+      "Dense peak TFLOP/s for %-of-peak where the built-in table has no entry (e.g. CPUs).",
+      None)
   # Timing (every suite).
-  repeats: int  # timed calls per measurement (at most; see time_budget_s)
-  warmup: int  # discarded calls before timing
-  time_budget_s: float = 30.0  # fewer repeats (>= 3) when one round is slower than budget / repeats
-  max_other_load: float | None = None  # retry a timing when others kept more cores busy
-  load_retries: int = 4
-  load_retry_pause_s: float = 15.0
-  memory_limit_gb: float | None = None  # None: 90% of the accelerator, half the free RAM on CPU
-  seed: int = 0  # PRNG seed of the random inputs
+  repeats: int = _setting("Timed calls per measurement (at most; see --time_budget_s).")
+  warmup: int = _setting("Discarded calls before timing.")
+  time_budget_s: float = _setting(
+      "Fewer repeats (but at least 3) when one round of calls (every implementation once) "
+      "takes longer than this budget divided by --repeats.", 30.0)
+  max_other_load: float | None = _setting(
+      "Retry a case's timing when other processes kept more than this many cores busy "
+      "during it (CPU contention on shared machines; Linux only). The row records the "
+      "load of the attempt kept.", None)
+  load_retries: int = _setting("Retries per case under --max_other_load.", 4)
+  load_retry_pause_s: float = _setting("Pause before such a retry.", 15.0)
+  memory_limit_gb: float | None = _setting(
+      "Skip a program whose compiled memory exceeds this; default: 90% of the "
+      "accelerator's memory, or half the available RAM on CPU.", None)
+  seed: int = _setting("PRNG seed of the random inputs.", 0)
   # Additive suite: B, a, the lengths T compiled, and up to which T they are timed.
-  additive_batch: int
-  additive_dim: int
-  additive_seq_lens: tuple[int, ...]
-  additive_time_max_len: int
+  additive_batch: int = _setting("Additive suite: batch B.")
+  additive_dim: int = _setting("Additive suite: attention size a (dq = dk = dv = 64).")
+  additive_seq_lens: tuple[int, ...] = _setting(
+      "Additive suite: lengths T for the memory curve.")
+  additive_time_max_len: int = _setting(
+      "Additive suite: time (not only compile) the programs up to this length.")
   # Models suite.
-  models: tuple[str, ...] = MODEL_NAMES
-  model_size: str
-  model_batch: int
-  model_seq_len: int
-  model_seeds: int  # N for vmapped vs sequential seeds
-  model_vocab: int | None = None  # None (or 0): the size's default
-  model_steps: int = 5  # training steps per timed call (one compiled lax.scan)
+  models: tuple[str, ...] = _setting(f"Models suite: which models, from {MODEL_NAMES}.",
+                                     MODEL_NAMES)
+  model_size: str = _setting(
+      "Models suite: base = Britz-base RNN / Transformer-base; small and tiny shrink widths "
+      "and vocabulary for CPUs and tests.", choices=MODEL_SIZES)
+  model_batch: int = _setting("Models suite: sentences per batch.")
+  model_seq_len: int = _setting("Models suite: source and target length.")
+  model_seeds: int = _setting("Models suite: N for vmapped vs sequential seeds.")
+  model_vocab: int | None = _setting(
+      "Models suite: vocabulary size (default, or 0: the size's default).", None)
+  model_steps: int = _setting(
+      "Models suite: training steps per timed call (one compiled `lax.scan`).", 5)
 
   def __post_init__(self):
-    for name, (cast, allowed, minimum) in _LISTS.items():
-      _check_items(name, getattr(self, name), cast, allowed, minimum)
+    for name, (allowed, minimum) in _LISTS.items():
+      _check_items(name, getattr(self, name), _ITEM_TYPES[name], allowed, minimum)
     for name in ("repeats", "additive_batch", "additive_dim", "additive_time_max_len",
                  "additive_max_len", "model_batch", "model_seq_len", "model_seeds",
                  "model_steps"):
@@ -107,38 +144,14 @@ def _check_items(name: str, items: Any, cast: Callable, allowed, minimum) -> Non
       raise ValueError(f"`--{name}`: every value must be >= {minimum}, got {item}.")
 
 
-# The tuple fields: item type, allowed values, minimum.
-_LISTS: dict[str, tuple[Callable, tuple | None, int | None]] = {
-    "suite": (str, SUITES, None), "impls": (str, IMPLS, None),
-    "seq_lens": (int, None, 1), "head_dims": (int, None, 1), "heads": (int, None, 1),
-    "batch": (int, None, 1), "causal": (bool, None, None), "dtypes": (str, DTYPES, None),
-    "modes": (str, MODES, None), "additive_seq_lens": (int, None, 1),
-    "models": (str, MODEL_NAMES, None),
+# The tuple fields: allowed values, minimum (the item type is the annotation's).
+_LISTS: dict[str, tuple[tuple | None, int | None]] = {
+    "suite": (SUITES, None), "impls": (IMPLS, None), "seq_lens": (None, 1),
+    "head_dims": (None, 1), "heads": (None, 1), "batch": (None, 1), "causal": (None, None),
+    "dtypes": (DTYPES, None), "modes": (MODES, None), "additive_seq_lens": (None, 1),
+    "models": (MODEL_NAMES, None),
 }
-
-
-def _bool(raw: str) -> bool:
-  if raw.lower() in ("true", "1", "yes"):
-    return True
-  if raw.lower() in ("false", "0", "no"):
-    return False
-  raise ValueError(raw)
-
-
-def parse_list(name: str, raw: str) -> tuple:
-  """A comma-separated flag value as the tuple field `name` holds (unchecked items)."""
-  cast = _LISTS[name][0]
-  parse = _bool if cast is bool else cast
-  try:
-    return tuple(parse(item.strip()) for item in str(raw).split(",") if item.strip())
-  except ValueError:
-    raise ValueError(f"`--{name}` must be a comma-separated list of {cast.__name__}, "
-                     f"got {raw!r}.") from None
-
-
-def is_list(name: str) -> bool:
-  """Whether field `name` is a tuple given on the command line as `a,b,c`."""
-  return name in _LISTS
+_ITEM_TYPES = {name: common.item_type(Settings, name) for name in _LISTS}
 
 
 def from_preset(preset: str, **overrides) -> Settings:
@@ -148,9 +161,7 @@ def from_preset(preset: str, **overrides) -> Settings:
   unknown = set(overrides) - {f.name for f in dataclasses.fields(Settings)}
   if unknown:
     raise ValueError(f"unknown settings {sorted(unknown)}.")
-  parsed = {name: parse_list(name, value) if is_list(name) and isinstance(value, str) else value
-            for name, value in overrides.items()}
-  return dataclasses.replace(PRESETS[preset], **parsed)
+  return dataclasses.replace(PRESETS[preset], **common.parse_fields(Settings, overrides))
 
 
 PRESETS: dict[str, Settings] = {

@@ -275,9 +275,9 @@ def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
     (dict(steps=40), dict(steps=80), None),
 ])
 def test_which_runs_can_be_extended(old, new, needle):
-  from attention_jax.training import sweep
+  from attention_jax.training import rundir
   base = dict(schedule="constant", eval_every=40, diag_every=20)
-  why = sweep._why_not_extended({**base, **old}, {**base, **new})
+  why = rundir.why_not_extended({**base, **old}, {**base, **new})
   assert why is None if needle is None else needle in why
 
 
@@ -289,12 +289,12 @@ def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_pat
   (a multi-threaded matmul adds in another order): with the driver on both
   cores the same smoke sweep's final max_logit differed in the third digit
   (docs/reproducibility.md), so the comparison fixes the threads."""
-  from attention_jax.training import sweep  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import workers  # pylint: disable=g-import-not-at-top
   flags = ["--preset=smoke", "--arms=additive,multiplicative", "--dims=8", "--steps=40",
            "--eval_every=20", "--checkpoint_every=20", "--diag_every=20"]
   serial, parallel = str(tmp_path / "serial"), str(tmp_path / "parallel")
   one = _driver("ablation", *flags, f"--workdir={serial}",
-                env={"XLA_FLAGS": sweep.ONE_THREAD_XLA_FLAGS})
+                env={"XLA_FLAGS": workers.ONE_THREAD_XLA_FLAGS})
   assert one.returncode == 0, one.stderr[-3000:]
   two = _driver("ablation", *flags, "--workers=2", f"--workdir={parallel}")
   assert two.returncode == 0, two.stderr[-3000:]
@@ -303,7 +303,7 @@ def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_pat
   assert open(os.path.join(parallel, "table.md")).read() == open(
       os.path.join(serial, "table.md")).read()
   # Each row names the thread setting it was trained under.
-  assert all(r["provenance"]["xla_flags"].endswith(sweep.ONE_THREAD_XLA_FLAGS)
+  assert all(r["provenance"]["xla_flags"].endswith(workers.ONE_THREAD_XLA_FLAGS)
              for r in _rows(parallel))
 
 

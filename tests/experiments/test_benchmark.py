@@ -180,11 +180,58 @@ def test_settings_from_preset_parses_lists_and_keeps_the_rest():
     settings_lib.from_preset("huge")
 
 
+# Every flag the benchmark had before its flags came from `Settings`, with its type.
+_FLAG_TYPES = {
+    "suite": "string", "impls": "string", "seq_lens": "string", "head_dims": "string",
+    "heads": "string", "batch": "string", "causal": "string", "dtypes": "string",
+    "modes": "string", "library_implementation": "string", "repeats": "int", "warmup": "int",
+    "time_budget_s": "float", "max_other_load": "float", "load_retries": "int",
+    "load_retry_pause_s": "float", "memory_limit_gb": "float", "peak_tflops": "float",
+    "additive_batch": "int", "additive_dim": "int", "additive_seq_lens": "string",
+    "additive_time_max_len": "int", "additive_max_len": "int", "model_batch": "int",
+    "model_seq_len": "int", "model_seeds": "int", "model_size": "string enum",
+    "models": "string", "model_vocab": "int", "model_steps": "int", "seed": "int",
+}
+
+
+def test_every_settings_field_is_a_flag_of_its_old_type_with_its_help():
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  values = flags.FlagValues()
+  common.define_field_flags(settings_lib.Settings, flag_values=values)
+  fields = dataclasses.fields(settings_lib.Settings)
+  assert {f.name for f in fields} == set(_FLAG_TYPES) == set(values)
+  for field in fields:
+    flag = values[field.name]
+    assert flag.flag_type() == _FLAG_TYPES[field.name], field.name
+    assert flag.default is None and field.metadata["help"] in flag.help, field.name
+  assert values["time_budget_s"].help.endswith("[dataclass default: 30.0]")
+  assert values["model_size"].parser.enum_values == list(settings_lib.MODEL_SIZES)
+  values(["benchmark", "--seq_lens=16,32", "--causal=true", "--model_size=small"])
+  given = {name: values[name].value for name in values if values[name].present}
+  s = settings_lib.from_preset("tiny", **given)
+  assert (s.seq_lens, s.causal, s.model_size) == ((16, 32), (True,), "small")
+  assert s.heads == settings_lib.PRESETS["tiny"].heads  # a flag not given: the preset's
+
+
+def test_one_parse_list_reads_every_item_type_and_names_the_flag():
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  assert common.parse_list("dims", " 8, 16,") == ("8", "16")
+  assert common.parse_list("dims", "8,16", int) == (8, 16)
+  assert common.parse_list("causal", "false,True,1,no", bool) == (False, True, True, False)
+  for text, cast, needle in (("8,x", int, "`--dims` must be a comma-separated list of int"),
+                             ("maybe", bool, "`--dims` must be a comma-separated list of bool"),
+                             (" , ", str, "`--dims` is empty")):
+    with pytest.raises(ValueError, match=needle):
+      common.parse_list("dims", text, cast)
+
+
 @pytest.mark.parametrize("flag,needle", [
     ("--impls=scaled_dot,bogus", "impls"),
     ("--seq_lens=128,abc", "seq_lens"),
     ("--causal=maybe", "causal"),
     ("--repeats=0", "repeats"),
+    ("--model_size=huge", "model_size"),
 ])
 def test_bad_flags_fail_with_one_line(tmp_path, flag, needle):
   proc = _run([flag], tmp_path / "w")

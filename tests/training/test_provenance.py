@@ -12,6 +12,7 @@ import pytest
 from attention_jax.training import config
 from attention_jax.training import provenance
 from attention_jax.training import reporting
+from attention_jax.training import rundir
 from attention_jax.training import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -164,17 +165,18 @@ def test_an_old_workdir_reports_and_provenance_is_not_a_setting(tmp_path):
   """A finished run whose result.json has no provenance is a finished run:
   its folder's settings still match, and the reports hold its rows."""
   cfg = config.from_preset("smoke").replace(arms=("additive",), dims=(8,), seeds=2)
-  fp = sweep.fingerprint(cfg, "additive", 8)
+  arm = config.Arm.of("additive", 8)
+  fp = rundir.fingerprint(cfg, arm)
   assert provenance.KEY not in fp
-  run_dir = sweep.group_dir(str(tmp_path), "additive", 8)
-  os.makedirs(run_dir)
-  with open(os.path.join(run_dir, "config.json"), "w") as f:
+  run_dir = rundir.Workdir(str(tmp_path)).run(arm)
+  os.makedirs(run_dir.path)
+  with open(run_dir.config, "w") as f:
     json.dump(fp, f)
   old_rows = [{"arm": "additive", "dim": 8, "seed": s, "test_bleu": 10.0 + s, "val_ppl": 5.0,
                "params": 100, "steps": cfg.steps, "diagnostics": {}} for s in (0, 1)]
-  with open(os.path.join(run_dir, "result.json"), "w") as f:
+  with open(run_dir.result, "w") as f:
     json.dump(old_rows, f)
-  assert sweep._check(run_dir, fp, write=False) is None  # pylint: disable=protected-access
+  assert run_dir.check(fp, write=False) is None
   table = sweep.report_only(cfg, str(tmp_path))
   assert "10.50" in table
   rows = [json.loads(l) for l in open(tmp_path / "results.jsonl")]

@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from attention_jax.training import checkpoints
+from attention_jax.training import files
 from attention_jax.training import config
 from attention_jax.training import metrics_log
 from attention_jax.training import reporting
+from attention_jax.training import rundir
 from attention_jax.training import sweep
 from attention_jax.training import workdir_lock
 
@@ -89,8 +91,8 @@ def test_two_ablations_on_one_workdir_the_second_refuses_at_once(tmp_path):
 def test_atomic_write_gives_the_mode_of_a_plain_open_not_0600(tmp_path):
   old = os.umask(0o022)
   try:
-    checkpoints.atomic_write(str(tmp_path / "a.md"), "x")
-    checkpoints.atomic_write(str(tmp_path / "b.png"), b"\x89PNG")
+    files.atomic_write(str(tmp_path / "a.md"), "x")
+    files.atomic_write(str(tmp_path / "b.png"), b"\x89PNG")
     with open(tmp_path / "plain", "w"):
       pass
   finally:
@@ -106,7 +108,7 @@ def test_leftovers_of_killed_writes_are_removed_but_checkpoints_untouched(tmp_pa
   orbax_own = tmp_path / "runs" / "x" / "checkpoints" / ".tmp-keep"
   for p in stale + [orbax_own, tmp_path / "table.md"]:
     p.write_text("half")
-  removed = checkpoints.remove_stale_temporaries(str(tmp_path))
+  removed = files.remove_stale_temporaries(str(tmp_path))
   assert sorted(removed) == sorted(map(str, stale))
   assert orbax_own.exists() and (tmp_path / "table.md").exists()
 
@@ -151,7 +153,7 @@ def test_non_finite_numbers_are_written_as_null_in_every_row(tmp_path):
   (line,) = (tmp_path / "results.jsonl").read_text().splitlines()
   assert json.loads(line, parse_constant=_refuse) == {"arm": "additive", "val_ppl": None,
                                                       "test_bleu": 1.5}
-  assert checkpoints.to_json({"a": [1.0, float("-inf")]}) == '{"a": [1.0, null]}'
+  assert files.to_json({"a": [1.0, float("-inf")]}) == '{"a": [1.0, null]}'
 
 
 # --- item 8: checkpoints carry checksums ------------------------------------------
@@ -274,18 +276,18 @@ def _finished_workdir(tmp_path):
   workdir = str(tmp_path / "w")
   refs = ["a b c d", "e f g h", "i j k l"]
   for arm in _ARMS:
-    run_dir = sweep.group_dir(workdir, arm, 8)
-    os.makedirs(run_dir)
-    sweep._check(run_dir, sweep.fingerprint(cfg, arm, 8))
+    run_dir = rundir.Workdir(workdir).run(config.Arm.of(arm, 8))
+    os.makedirs(run_dir.path)
+    run_dir.check(rundir.fingerprint(cfg, config.Arm.of(arm, 8)))
     rows = [{"arm": arm, "dim": 8, "seed": seed, "params": 1000, "steps": cfg.steps,
              "test_bleu": 10.0 + seed, "val_bleu": 9.0, "val_ppl": 3.0,
              "diverged_at_step": None, "diagnostics": {}} for seed in (0, 1)]
     files = {"result.json": rows,
              "attention.json": {"src": ["a", "</s>"], "hyp": ["a", "</s>"],
                                 "weights": [[1.0, 0.0], [0.0, 1.0]]},
-             sweep.TRANSLATIONS: {"references": refs, "hypotheses": [refs, refs]}}
+             "test_translations.json": {"references": refs, "hypotheses": [refs, refs]}}
     for name, value in files.items():
-      with open(os.path.join(run_dir, name), "w") as f:
+      with open(os.path.join(run_dir.path, name), "w") as f:
         json.dump(value, f)
   return cfg, workdir
 
@@ -301,11 +303,11 @@ def test_the_hand_made_finished_workdir_reports(tmp_path):
     ("result.json", "\x00" * 16),                     # zeroed by a crash
     ("result.json", '{"seed": 0}'),                    # JSON, but not the rows
     ("attention.json", "[1, 2"),
-    (sweep.TRANSLATIONS, b"\xff\xfe garbage"),         # not even text
+    ("test_translations.json", b"\xff\xfe garbage"),         # not even text
 ])
 def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damage):
   cfg, workdir = _finished_workdir(tmp_path)
-  path = os.path.join(sweep.group_dir(workdir, "multiplicative", 8), name)
+  path = os.path.join(workdir, "runs", "multiplicative_d8", name)
   with open(path, "wb") as f:
     f.write(damage if isinstance(damage, bytes) else damage.encode())
   with pytest.raises(ValueError) as info:
@@ -324,14 +326,14 @@ def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damag
 def test_a_full_disk_mid_write_keeps_the_old_file_and_leaves_no_temporary(tmp_path,
                                                                           monkeypatch):
   path = tmp_path / "table.md"
-  checkpoints.atomic_write(str(path), "old")
+  files.atomic_write(str(path), "old")
 
   def full(fd):
     raise OSError(28, "No space left on device")
 
   monkeypatch.setattr(os, "fsync", full)
   with pytest.raises(OSError, match="No space left"):
-    checkpoints.atomic_write(str(path), "new " * 1000)
+    files.atomic_write(str(path), "new " * 1000)
   assert path.read_text() == "old" and os.listdir(tmp_path) == ["table.md"]
 
 
@@ -387,7 +389,7 @@ from experiments import ablation
 victim = sys.argv.pop(1)
 if victim == "checkpoint":
   exec(FILE_SIZE_LIMIT)
-real_write, real_fsync = checkpoints.atomic_write, os.fsync
+real_write, real_fsync = files.atomic_write, os.fsync
 def write(path, data):
   if os.path.basename(path) == victim:
     def full(fd):
@@ -397,7 +399,7 @@ def write(path, data):
     real_write(path, data)
   finally:
     os.fsync = real_fsync
-checkpoints.atomic_write = write
+files.atomic_write = write
 app.run(ablation.main)
 """.replace("FILE_SIZE_LIMIT", repr(_FILE_SIZE_LIMIT))
 
@@ -414,7 +416,7 @@ def test_a_full_disk_during_an_ablation_is_one_line_and_a_rerun_finishes(tmp_pat
   _one_line_failure(crashed, f"error: {workdir}: ",
                     "File too large" if victim == "checkpoint" else "No space left on device")
   left = [os.path.join(r, f) for r, _, fs in os.walk(workdir) for f in fs]
-  assert not [f for f in left if os.path.basename(f).startswith(checkpoints.TMP_PREFIX)]
+  assert not [f for f in left if os.path.basename(f).startswith(files.TMP_PREFIX)]
   assert (workdir / "runs" / "additive_d8" / "result.json").exists() == (victim == "table.md")
 
   rerun = subprocess.run([sys.executable, "-m", "experiments.ablation", *flags], cwd=ROOT,

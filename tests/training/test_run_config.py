@@ -7,7 +7,7 @@ import pytest
 from attention_jax.data import input_pipeline
 from attention_jax.training import config, run_config
 
-# The flat config a run's config.json and `sweep.fingerprint` are made of: a
+# The flat config a run's config.json and `rundir.fingerprint` are made of: a
 # workdir made before the nested configs existed resumes only if it stays so.
 DEFAULTS = {
     "arms": ("additive", "multiplicative", "scaled_multiplicative"),

@@ -96,22 +96,25 @@ def test_bad_inputs_are_named():
 
 
 def test_the_sweep_caches_each_comparison_under_its_inputs_and_format(tmp_path):
-  """`sweep.significance` reuses a cached result only for the same two runs'
+  """`reports.significance` reuses a cached result only for the same two runs'
   translations and the same result format; anything else is recomputed."""
   import json
   import os
-  from attention_jax.training import config, sweep
+  from attention_jax.training import config, reports, rundir
   refs, noisy = _systems(n=60)
   runs = {"additive": [noisy(0.8), noisy(0.8)], "multiplicative": [noisy(0.4), noisy(0.4)]}
+  workdir = rundir.Workdir(str(tmp_path))
   for arm, hyps in runs.items():
-    folder = sweep.group_dir(str(tmp_path), arm, 8)
-    os.makedirs(folder)
-    with open(os.path.join(folder, sweep.TRANSLATIONS), "w") as f:
+    folder = workdir.run(config.Arm.of(arm, 8))
+    os.makedirs(folder.path)
+    with open(folder.translations, "w") as f:
       json.dump({"references": refs, "hypotheses": hyps}, f)
   cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8,))
-  cache = os.path.join(sweep.group_dir(str(tmp_path), "multiplicative", 8), "significance.json")
+  multiplicative = config.Arm.of("multiplicative", 8)
+  cache = workdir.run(multiplicative).significance
+  assert cache == os.path.join(str(tmp_path), "runs", "multiplicative_d8", "significance.json")
 
-  first = sweep.significance(str(tmp_path), cfg)[("multiplicative", 8)]
+  first = reports.significance(workdir, cfg)[multiplicative]
   assert first["delta"] < -10 and len(first["deltas"]) == 2
   with open(cache) as f:
     stored = json.load(f)
@@ -120,9 +123,9 @@ def test_the_sweep_caches_each_comparison_under_its_inputs_and_format(tmp_path):
   marked = {**stored, "result": {**first, "delta": 123.0}}  # a cache hit returns it as is
   with open(cache, "w") as f:
     json.dump(marked, f)
-  assert sweep.significance(str(tmp_path), cfg)[("multiplicative", 8)]["delta"] == 123.0
+  assert reports.significance(workdir, cfg)[multiplicative]["delta"] == 123.0
   for stale in ({**marked, "format": significance.FORMAT - 1},   # an older result format
                 {**marked, "digest": "0" * 64}):                  # other translations
     with open(cache, "w") as f:
       json.dump(stale, f)
-    assert sweep.significance(str(tmp_path), cfg)[("multiplicative", 8)] == first
+    assert reports.significance(workdir, cfg)[multiplicative] == first

@@ -51,16 +51,6 @@ def test_vmapped_seeds_equal_separate_runs():
   assert not np.allclose(np.asarray(p)[0], np.asarray(p)[1])
 
 
-def test_the_trainer_still_takes_the_sweep_config_and_an_arm_for_unchanged_callers():
-  # experiments/benchmarks/calibration.py builds it as (cfg, arm, data, seeds)
-  cfg = _cfg()
-  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  arm = config.Arm.of("additive", 8)
-  trainer = train_lib.EnsembleTrainer(cfg, arm, data, (1,))
-  assert trainer.run_config == cfg.point(arm) and trainer.seeds == (1,)
-  assert trainer.val_beam_size == cfg.beam_size and trainer.placement.mesh is None
-
-
 def test_token_loss_ignores_padding():
   logits = jax.random.normal(jax.random.PRNGKey(0), (2, 4, 7))
   targets = np.array([[3, 4, 1, 0], [5, 1, 0, 0]])

@@ -1,0 +1,254 @@
+"""The reports of a sweep's workdir, rebuilt from its finished runs.
+
+`write_reports` writes one workdir's results.jsonl, table.md and plots;
+`write_grid_reports` the pivoted ones of a `--sweep` grid; `significance`
+tests every arm against the baseline arm, cached per run (`rundir` names
+the files). Tables and plots are drawn by `reporting`, which looks its
+cells up by (arm name, row value).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, Sequence
+
+from attention_jax.training import files
+from attention_jax.training import reporting
+from attention_jax.training import significance as significance_lib
+from attention_jax.training.config import Arm
+from attention_jax.training.config import ExperimentConfig
+from attention_jax.training.config import GridPoint
+from attention_jax.training.metrics_log import MetricsLog
+from attention_jax.training.rundir import RunDir
+from attention_jax.training.rundir import Workdir
+
+
+def baseline_arm(cfg: ExperimentConfig) -> str:
+  """The arm the others are tested against: `cfg.baseline`, else additive
+  when swept, else the first."""
+  if cfg.baseline:
+    return cfg.baseline
+  return "additive" if "additive" in cfg.arms else cfg.arms[0]
+
+
+def _every_arm(cfg: ExperimentConfig) -> tuple[Arm, ...]:
+  """Every arm at every dim, arms outer. Unlike `cfg.sweep()` it keeps the
+  additive arm above `additive_max_dim`: that cap may be set after such a run
+  finished (it does not change a run's numbers), and the run still reports."""
+  return tuple(Arm.of(name, dim) for name in cfg.arms for dim in cfg.dims)
+
+
+def _cells(by_arm: dict[Arm, Any]) -> dict[tuple[str, int], Any]:
+  """`by_arm` keyed as `reporting`'s tables and plots look up a cell."""
+  return {(arm.name, arm.attention_dim): value for arm, value in by_arm.items()}
+
+
+def finished_rows(workdir: Workdir, cfg: ExperimentConfig) -> list[dict]:
+  """The rows of every finished run of `cfg` in `workdir`, arms outer."""
+  rows = []
+  for arm in _every_arm(cfg):
+    run = workdir.run(arm)
+    if run.finished:
+      rows.extend(run.rows())
+  return rows
+
+
+def _histories(workdir: Workdir, cfg: ExperimentConfig) -> dict[Arm, list[dict]]:
+  """The metrics-log rows of every run of `cfg` in `workdir` that logged any."""
+  out = {}
+  for arm in _every_arm(cfg):
+    log = MetricsLog(workdir.run(arm).metrics, write=False).read()
+    if log:
+      out[arm] = log
+  return out
+
+
+def significance(workdir: Workdir, cfg: ExperimentConfig) -> dict[Arm, dict]:
+  """Seed-paired AR tests (`significance.compare_runs`) of every finished arm
+  against the baseline arm at the same dimension, cached per pair in the
+  run's significance.json under the digest of both runs' translations and
+  the result's `significance.FORMAT`."""
+  base = baseline_arm(cfg)
+  out = {}
+  for dim in cfg.dims:
+    base_run = workdir.run(Arm.of(base, dim))
+    if not os.path.exists(base_run.translations):
+      continue
+    for name in cfg.arms:
+      arm = Arm.of(name, dim)
+      run = workdir.run(arm)
+      if name == base or not os.path.exists(run.translations):
+        continue
+      out[arm] = _compare(base, base_run, run)
+  return out
+
+
+def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
+  """`run` against the baseline's `base_run`: the cached result if it was
+  computed from the same translations in the current format, else computed
+  and cached."""
+  with open(base_run.translations, "rb") as f:
+    base_bytes = f.read()
+  with open(run.translations, "rb") as f:
+    own_bytes = f.read()
+  digest = hashlib.sha256(base_bytes + b"\0" + own_bytes).hexdigest()
+  cached = None
+  if os.path.exists(run.significance):
+    try:
+      cached = files.read_json(run.significance, dict)
+    except ValueError:  # cut by a kill, or damaged: recomputed
+      cached = None
+  if (cached is not None and cached.get("digest") == digest
+      and cached.get("format", 1) == significance_lib.FORMAT):
+    return cached["result"]
+  remedy = ("delete it and that run's result.json, and re-run the same command to "
+            "evaluate the run again")
+  result = significance_lib.compare_runs(
+      files.read_json(base_run.translations, dict, remedy),
+      files.read_json(run.translations, dict, remedy))
+  files.atomic_write(run.significance, files.to_json(
+      {"baseline": base, "digest": digest, "format": significance_lib.FORMAT,
+       "result": result}))
+  return result
+
+
+def _test_set(cfg: ExperimentConfig) -> str:
+  return f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
+
+
+def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
+  """Regenerates results.jsonl, table.md and the plots from the finished runs."""
+  rows = finished_rows(workdir, cfg)
+  reporting.write_jsonl(workdir.results, rows)
+  settings = (f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, "
+              f"{cfg.seeds} seeds")
+  parts = [
+      f"Test BLEU (sacrebleu, beam {cfg.beam_size}, {_test_set(cfg)}), mean ± std (max) "
+      f"over seeds; {settings}.\n\n" + reporting.britz_table(rows, cfg.arms, cfg.dims)]
+  if any("val_ppl" in r for r in rows):
+    parts.append(
+        "Validation perplexity (teacher-forced, per target token, whole validation split; "
+        "parameters of the best validation BLEU), mean ± std (min) over seeds.\n\n"
+        + reporting.britz_table(rows, cfg.arms, cfg.dims, metric="val_ppl", best=min))
+  tests = significance(workdir, cfg)
+  if tests:
+    parts.append(
+        f"Test BLEU difference to {baseline_arm(cfg)} at the same dimension, mean over "
+        "seed pairs, with the largest p over the pairs (paired approximate randomisation "
+        f"over test sentences, {significance_lib.TRIALS:,} trials, sacrebleu).\n\n"
+        + reporting.significance_table(_cells(tests), cfg.arms, cfg.dims, baseline_arm(cfg)))
+  text = "\n".join(parts)
+  files.atomic_write(workdir.table, text)
+  if rows:
+    reporting.plot_ablation(rows, cfg.arms, workdir.ablation_plot)
+  for arm in _every_arm(cfg):
+    run = workdir.run(arm)
+    if os.path.exists(run.attention) and run.finished:
+      attention = files.read_json(
+          run.attention, dict, "delete it (the run's heat map is then left out)")
+      reporting.plot_attention(attention, f"{arm.name}, a={arm.attention_dim}, seed 0",
+                               workdir.attention_plot(arm))
+  histories = _cells(_histories(workdir, cfg))
+  if histories:
+    reporting.plot_diagnostics(histories, cfg.arms, workdir.diagnostics_plot)
+    reporting.plot_validation(histories, cfg.arms, workdir.validation_plot)
+  return text
+
+
+def _final_max_logit(row: dict) -> dict:
+  """The row with its end-of-training max attention logit at the top level."""
+  return {**row, "max_logit": (row.get("diagnostics") or {}).get("max_logit")}
+
+
+def _slices(cfg: ExperimentConfig, points: Sequence[GridPoint], axis: str):
+  """(fixed values of the further axes, dim, caption) of every table of a
+  grid report: one table per dim and value of every further axis, arms
+  against `axis`."""
+  first = points[0].values[axis]
+  for p in points:
+    if p.values[axis] != first:
+      continue
+    fixed = {k: v for k, v in p.values.items() if k != axis}
+    for dim in cfg.dims:
+      yield fixed, dim, ", ".join([f"a = {dim}"] + [f"{k} = {v}" for k, v in fixed.items()])
+
+
+_GRID_SECTIONS = (
+    ("val_ppl", min, "Validation perplexity (teacher-forced, per target token, whole "
+                     "validation split; parameters of the best validation BLEU), "
+                     "mean ± std (min) over seeds"),
+    ("max_logit", max, "Largest attention logit at the end of training (validation "
+                       "batch; raw score before the softmax), mean ± std (max) over seeds"),
+)
+
+
+def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
+                       points: Sequence[GridPoint]) -> str:
+  """The reports of a `--sweep` grid from the finished runs of every point:
+  results.jsonl (each row with the point's swept values), table.md (arms
+  against the first axis), sweep_<axis>.png and max_logit.png."""
+  axis = next(iter(points[0].values))
+  axis_values = tuple(dict.fromkeys(p.values[axis] for p in points))
+  rows, tests, histories = [], {}, {}
+  for p in points:
+    folder = workdir.point(p)
+    point_rows = [_final_max_logit({**r, **p.values}) for r in finished_rows(folder, p.config)]
+    rows.extend(point_rows)
+    point_tests = significance(folder, p.config) if point_rows else {}
+    if point_tests:
+      tests[p.name] = point_tests
+    point_histories = _histories(folder, cfg)
+    if point_histories:
+      histories[p.name] = _cells(point_histories)
+  reporting.write_jsonl(workdir.results, rows)
+
+  swept = set(points[0].values)
+  beam = "swept" if {"beam_size", "test_examples"} & swept else (
+      f"beam {cfg.beam_size}, {_test_set(cfg)}")
+  sections = ((("test_bleu", max, f"Test BLEU (sacrebleu, {beam}), mean ± std (max) over "
+                                  "seeds"),) + _GRID_SECTIONS)
+  fixed_settings = ", ".join(f"{k}={getattr(cfg, k)}" for k in ("model", "dataset", "steps",
+                                                                "seeds") if k not in swept)
+  parts = [f"Grid over {', '.join(f'`{k}`' for k in points[0].values)}; tables by "
+           f"`{axis}` = {', '.join(map(str, axis_values))}; {fixed_settings} (every other "
+           "setting as in each point's config.json).\n"]
+  for metric, best, caption in sections:
+    parts.append(f"## {caption}\n")
+    for fixed, dim, where in _slices(cfg, points, axis):
+      subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
+                and all(r.get(k) == v for k, v in fixed.items())]
+      parts.append(f"{where}:\n\n" + reporting.britz_table(
+          subset, cfg.arms, axis_values, metric=metric, best=best, params=False,
+          row_label=axis))
+  if tests:
+    parts.extend(_grid_significance(cfg, points, axis, axis_values, tests))
+  text = "\n".join(parts)
+  files.atomic_write(workdir.table, text)
+  if rows:
+    reporting.plot_sweep(rows, cfg.arms, axis, workdir.sweep_plot(axis))
+  if histories:
+    reporting.plot_history_panels(histories, cfg.arms, "max_logit",
+                                  "largest attention logit", workdir.max_logit_plot)
+  return text
+
+
+def _grid_significance(cfg: ExperimentConfig, points: Sequence[GridPoint], axis: str,
+                       axis_values: tuple, tests: dict[str, dict[Arm, dict]]) -> list[str]:
+  """The significance section of a grid's table.md: one table per slice,
+  arms against `axis`, from `tests[point name][arm]`."""
+  base = baseline_arm(cfg)
+  parts = [f"## Test BLEU difference to {base} at the same dimension and {axis}, mean "
+           "over seed pairs, with the largest p over the pairs (paired approximate "
+           f"randomisation over test sentences, {significance_lib.TRIALS:,} trials)\n"]
+  for fixed, dim, where in _slices(cfg, points, axis):
+    keyed = {}
+    for p in points:
+      if all(p.values[k] == v for k, v in fixed.items()):
+        for name in cfg.arms:
+          result = tests.get(p.name, {}).get(Arm.of(name, dim))  # None: not finished
+          if result is not None:
+            keyed[(name, p.values[axis])] = result
+    parts.append(f"{where}:\n\n" + reporting.significance_table(
+        keyed, cfg.arms, axis_values, base, row_label=axis))
+  return parts

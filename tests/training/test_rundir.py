@@ -1,0 +1,149 @@
+"""The workdir layout, the run identity and the resume/extend rules
+(`training/rundir.py`), and the sweep's plan of jobs (`training/sweep.py`)."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from attention_jax.training import config
+from attention_jax.training import rundir
+from attention_jax.training import sweep
+from attention_jax.training import workdir_lock
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_every_path_has_the_name_existing_workdirs_use():
+  """The names are a contract with the workdirs on disk: a renamed file
+  would make a finished run look unfinished."""
+  w = rundir.Workdir("/w")
+  run = w.run(config.Arm.of("scaled_multiplicative", 1024))
+  r = "/w/runs/scaled_multiplicative_d1024"
+  assert run.path == r
+  assert [run.config, run.checkpoints, run.metrics, run.attention, run.translations,
+          run.significance, run.result, run.result_of(40)] == [
+              f"{r}/config.json", f"{r}/checkpoints", f"{r}/metrics.jsonl",
+              f"{r}/attention.json", f"{r}/test_translations.json", f"{r}/significance.json",
+              f"{r}/result.json", f"{r}/result.steps40.json"]
+  assert [w.results, w.table, w.ablation_plot, w.validation_plot, w.diagnostics_plot,
+          w.max_logit_plot, w.sweep_plot("learning_rate"),
+          w.attention_plot(config.Arm.of("additive", 8))] == [
+              "/w/results.jsonl", "/w/table.md", "/w/ablation.png", "/w/validation.png",
+              "/w/diagnostics.png", "/w/max_logit.png", "/w/sweep_learning_rate.png",
+              "/w/attention_additive_8.png"]
+  point = config.grid(config.ExperimentConfig(), (("learning_rate", (3e-4,)),))[0]
+  assert w.point(point).path == "/w/learning_rate=0.0003"
+  assert w.lock().path == os.path.join("/w", workdir_lock.LOCK_NAME) == "/w/.lock"
+
+
+def test_the_fingerprint_is_every_setting_that_changes_numbers_as_json_gives_it_back():
+  cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8, 16))
+  fp = rundir.fingerprint(cfg, config.Arm.of("multiplicative", 16))
+  fields = set(cfg.to_dict())
+  assert set(fp) == fields - set(rundir.RESUMABLE_FIELDS) | {"arm", "dim"}
+  assert (fp["arm"], fp["dim"]) == ("multiplicative", 16)
+  assert fp == json.loads(json.dumps(fp))  # what config.json holds compares equal
+  assert fp["steps"] == cfg.steps and fp["learning_rate"] == cfg.learning_rate
+  # Changing one of these must not restart a run: existing workdirs resume under them.
+  assert rundir.RESUMABLE_FIELDS == (
+      "arms", "dims", "max_minutes", "log_every", "workers", "eval_batch_size",
+      "eval_memory_gb", "additive_max_dim", "baseline")
+
+
+def test_the_committed_grid_runs_still_match_the_command_that_made_them():
+  """Every run folder of results/lr_cpu (made by older code) is accepted as it
+  is by the command of its README: same folder, same settings."""
+  folders = sorted(glob.glob(os.path.join(ROOT, "results", "lr_cpu", "learning_rate=*")))
+  if not folders:
+    pytest.skip("results/lr_cpu is not in this checkout")
+  cfg = config.from_preset("quick", steps=2500, dims=(128, 1024),
+                           arms=("additive", "multiplicative", "scaled_multiplicative",
+                                 "qk_norm"))
+  plan = sweep.Plan.of(cfg, os.path.join(ROOT, "results", "lr_cpu"),
+                       (("learning_rate", (3e-4, 1e-3, 3e-3)),))
+  jobs = plan.jobs()
+  assert len(jobs) == 24 and {j.point.workdir.path for j in jobs} == set(folders)
+  for job in jobs:
+    assert job.run.finished, job.run.path
+    assert job.run.check(rundir.fingerprint(job.config, job.arm), write=False) is None
+
+
+def test_a_new_folder_records_its_settings_and_refuses_others(tmp_path):
+  cfg = config.from_preset("smoke", arms=("additive",), dims=(8,))
+  arm = config.Arm.of("additive", 8)
+  run = rundir.Workdir(str(tmp_path)).run(arm)
+  os.makedirs(run.path)
+  fp = rundir.fingerprint(cfg, arm)
+  assert run.check(fp) is None
+  with open(run.config) as f:
+    assert f.read() == json.dumps(fp, indent=1, sort_keys=True)
+  assert run.check(fp) is None  # the same settings: resumed
+  assert run.check(rundir.fingerprint(cfg.replace(workers=2, log_every=7), arm)) is None
+  with pytest.raises(ValueError, match="learning_rate") as info:
+    run.check(rundir.fingerprint(cfg.replace(learning_rate=0.5), arm))
+  assert run.path in str(info.value)
+
+
+def test_a_longer_run_extends_a_finished_one_and_keeps_its_result(tmp_path):
+  cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), steps=40, eval_every=20,
+                           diag_every=20, schedule="constant")
+  arm = config.Arm.of("additive", 8)
+  run = rundir.Workdir(str(tmp_path)).run(arm)
+  os.makedirs(run.path)
+  run.check(rundir.fingerprint(cfg, arm))
+  with open(run.result, "w") as f:
+    json.dump([{"seed": 0}], f)
+  longer = rundir.fingerprint(cfg.replace(steps=80), arm)
+  assert run.check(longer, write=False) == 40
+  run.extend(longer, 40)
+  assert not run.finished
+  with open(run.result_of(40)) as f:
+    assert json.load(f) == [{"seed": 0}]
+  assert run.check(longer) is None  # now a run of 80 steps
+  with pytest.raises(ValueError, match="cannot be shortened"):
+    run.check(rundir.fingerprint(cfg.replace(steps=60), arm))
+
+
+def test_the_plan_hands_out_one_job_per_arm_of_each_point():
+  cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8, 16),
+                           additive_max_dim=8)
+  flat = sweep.Plan.of(cfg, "/w").jobs()
+  assert [j.arm for j in flat] == list(cfg.sweep()) and len(flat) == 3
+  assert [j.label for j in flat] == ["additive d=8", "multiplicative d=8",
+                                     "multiplicative d=16"]
+  assert flat[2].run.path == "/w/runs/multiplicative_d16"
+  grid = sweep.Plan.of(cfg, "/w", (("learning_rate", (1e-3, 3e-3)),)).jobs()
+  assert len(grid) == 6
+  assert grid[3].label == "learning_rate=0.003 additive d=8"
+  assert grid[3].run.path == "/w/learning_rate=0.003/runs/additive_d8"
+  assert grid[3].config.learning_rate == 3e-3
+
+
+def test_a_refused_grid_point_lock_releases_the_locks_taken_before_it(tmp_path):
+  cfg = config.from_preset("smoke", arms=("additive",), dims=(8,))
+  plan = sweep.Plan.of(cfg, str(tmp_path), (("learning_rate", (1e-3, 3e-3)),))
+  busy = plan.points[1].workdir.path
+  holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+      import sys, time
+      from attention_jax.training import workdir_lock
+      with workdir_lock.WorkdirLock({busy!r}, log=lambda _: None):
+        print("held", flush=True)
+        time.sleep(60)
+      """)], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+  try:
+    assert holder.stdout.readline().strip() == "held"
+    with pytest.raises(workdir_lock.WorkdirBusyError, match=busy):
+      with plan.locks(log=lambda _: None):
+        pass
+    # The workdir's own lock and the first point's were let go.
+    for workdir in (plan.workdir, plan.points[0].workdir):
+      with workdir.lock(log=lambda _: None):
+        pass
+  finally:
+    holder.kill()
+    holder.wait()
