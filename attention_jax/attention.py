@@ -10,6 +10,7 @@ size, dv value size. Leading axes (`...`) are any mix of batch and head axes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import jax
@@ -290,6 +291,28 @@ def structured_mask(tq: int, tk: int, *, causal: bool = False, query_lengths=Non
     valid = valid.reshape(lengths.shape + head + axis_shape)
     out = valid if out is None else out & valid
   return out
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskStructure:
+  """Causal and length-padding masks by their structure: `attention`'s
+  `causal`, `query_lengths` and `key_lengths` as one value, for a caller that
+  passes a single `mask` along (`layers.MultiHeadAttention.attend`). Handed
+  to the fused kernel, cuDNN applies them inside its kernel; a dense mask
+  would reach it as a `[.., Tq, Tk]` bias and keep `auto` on XLA's kernel.
+  The lengths assume padding at the end, as `attention_jax.data` batches it."""
+  causal: bool = False
+  query_lengths: jax.Array | None = None  # int [B]
+  key_lengths: jax.Array | None = None  # int [B]
+
+  def arguments(self) -> dict[str, Any]:
+    """The keyword arguments of `attention` it stands for."""
+    return dict(causal=self.causal, query_lengths=self.query_lengths,
+                key_lengths=self.key_lengths)
+
+  def dense(self, tq: int, tk: int):
+    """bool `[B, 1, Tq, Tk]` (`[Tq, Tk]` for `causal` alone): `structured_mask`."""
+    return structured_mask(tq, tk, **self.arguments())
 
 
 def _dot_product(score, query, keys, params) -> DotProduct | None:

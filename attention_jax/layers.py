@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from attention_jax.attention import attend, attention, select_implementation
+from attention_jax.attention import MaskStructure, attend, attention, select_implementation
 from attention_jax import registry
 from attention_jax import score_kinds
 
@@ -255,14 +255,11 @@ def _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
 
 
 class MultiHeadAttention(nnx.Module):
-  """Multi-head attention `Concat(head_1..head_h) W^O` with any score per head.
-
-  `head_i = Attention_score(x_q W^Q_i, x_kv W^K_i, x_kv W^V_i)`; the Q, K, V
-  projections are one `D x H·d` Linear each (with bias, Glorot), computed for
-  all heads at once; the score adds its own parameters (`registry.Score.mha`).
-  Per-step decoding: `init_cache`, then `decode_step` writes one step's keys
-  and values into the `KVCache` and attends over the prefix.
-  """
+  """Multi-head attention `Concat(head_1..head_h) W^O` with any score per head:
+  `head_i = Attention_score(x_q W^Q_i, x_kv W^K_i, x_kv W^V_i)`, each projection
+  one `D x H·d` Linear for all heads (bias, Glorot), plus the score's own
+  parameters (`registry.Score.mha`). Decoding: `init_cache`, then `decode_step`
+  writes one step's keys and values into the `KVCache` and attends the prefix."""
 
   def __init__(self, num_heads: int, in_features: int, *,
                kv_features: int | None = None, qk_features: int | None = None,
@@ -278,8 +275,7 @@ class MultiHeadAttention(nnx.Module):
         (default D / H; D % H must then be 0).
       score: a name from `SCORES`; max_length: the longest key axis (for the
         scores that `needs_length`: `location`, `qk_norm`).
-      dropout_rate: dropout on the attention weights.
-      use_bias: bias in the Q, K, V and output projections.
+      dropout_rate / use_bias: dropout on the weights; bias in every projection.
       dtype / param_dtype / rngs: compute and parameter dtypes, initialisation.
     """
     spec = _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
@@ -318,7 +314,7 @@ class MultiHeadAttention(nnx.Module):
     return _score_logits(self, self.spec.mha, q, k, dtype)  # [B, H, T, S]
 
   def attend(self, q: jax.Array, k: jax.Array, v: jax.Array, *,
-             mask: jax.Array | None = None, deterministic: bool = True,
+             mask: jax.Array | MaskStructure | None = None, deterministic: bool = True,
              dropout_key: jax.Array | None = None,
              score_offset: jax.Array | None = None,
              return_weights: bool = False):
@@ -326,7 +322,8 @@ class MultiHeadAttention(nnx.Module):
 
     Args:
       q, k, v: `[B, H, T, d_k]`, `[B, H, S, d_k]`, `[B, H, S, d_v]`.
-      mask: bool broadcastable to `[B, H, T, S]`; True = may attend.
+      mask: bool broadcastable to `[B, H, T, S]`, True = may attend; or a
+        `MaskStructure` (causal, lengths), which reaches cuDNN as such.
       deterministic / dropout_key: False applies dropout to the weights,
         drawn with `dropout_key` (a jax key).
       score_offset: float `[B, H, T, S]` added to the raw scores.
@@ -341,9 +338,12 @@ class MultiHeadAttention(nnx.Module):
       raise ValueError("deterministic=False with dropout needs `rngs` / a dropout key.")
     if _hands_over(self.spec, q, k, v, return_weights or use_dropout or score_offset is not None):
       dtype = self.dtype or jnp.result_type(q, k, v)  # blockwise or fused (cuDNN on GPUs)
+      masks = mask.arguments() if isinstance(mask, MaskStructure) else {"mask": mask}
       context = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
-                          score=self.spec.fused, mask=mask, implementation="auto")
+                          score=self.spec.fused, implementation="auto", **masks)
       return self.out(_merge_heads(context)), None  # [B, T, D_out]
+    if isinstance(mask, MaskStructure):
+      mask = mask.dense(q.shape[-2], k.shape[-2])
     raw = self.scores(q, k)  # [B, H, T, S]
     offset = _check_offset(score_offset, raw.shape, "MultiHeadAttention")
     v = v.astype(self.dtype or v.dtype)

@@ -11,6 +11,7 @@ import pytest
 from flax import nnx
 
 from attention_jax import layers
+from attention_jax.attention import MaskStructure
 from attention_jax.layers import SCORES, Attention, MultiHeadAttention
 
 
@@ -198,6 +199,43 @@ def test_mha_fused_path_equals_plain_path(score):
   plain, _ = mha(xq, xkv, mask=mask, return_weights=True)
   assert aux is None
   np.testing.assert_allclose(fused, plain, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("handed_over", [False, True])
+def test_mha_mask_structure_gives_the_result_of_its_dense_mask(handed_over, monkeypatch):
+  # Handed over: `attention` gets causal and the lengths (here computing plain).
+  if handed_over:
+    monkeypatch.setattr(layers, "select_implementation", lambda *a, **k: "fused")
+  mha = _mha("scaled_dot")
+  x = jax.random.normal(jax.random.key(3), (2, 6, 16))
+  structure = MaskStructure(causal=True, query_lengths=jnp.array([6, 4]),
+                            key_lengths=jnp.array([6, 4]))
+  dense = jnp.tril(jnp.ones((6, 6), bool)) & (jnp.arange(6) < jnp.array([6, 4])[:, None])[
+      :, None, :, None] & (jnp.arange(6) < jnp.array([6, 4])[:, None])[:, None, None, :]
+  want, _ = mha(x, mask=dense)
+  got, _ = mha(x, mask=structure)
+  np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+  np.testing.assert_array_equal(structure.dense(6, 6), dense)
+  assert np.all(np.asarray(got)[1, 4:] == np.asarray(mha.out.bias[...]))  # padded queries
+
+
+def test_mha_hands_a_mask_structure_over_as_causal_and_lengths(monkeypatch):
+  # What cuDNN needs to apply the masks inside its kernel: no dense mask.
+  seen = {}
+
+  def fake_attention(q, k, v, **kw):
+    seen.update(kw)
+    return jnp.zeros(q.shape[:-1] + v.shape[-1:], q.dtype)
+
+  monkeypatch.setattr(layers, "attention", fake_attention)
+  monkeypatch.setattr(layers, "select_implementation", lambda *a, **k: "fused")
+  x = jnp.ones((2, 6, 16))
+  _mha("scaled_dot")(x, mask=MaskStructure(causal=True, key_lengths=jnp.array([6, 4])))
+  assert seen["causal"] is True and seen.get("mask") is None
+  np.testing.assert_array_equal(seen["key_lengths"], [6, 4])
+  seen.clear()
+  _mha("scaled_dot")(x, mask=jnp.ones((2, 1, 6, 6), bool))  # a dense mask stays dense
+  assert seen["mask"].shape == (2, 1, 6, 6) and "causal" not in seen
 
 
 def test_mha_multiplicative_is_dot_on_the_head_projections():

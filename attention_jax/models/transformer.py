@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from attention_jax import masks
+from attention_jax.attention import MaskStructure
 from attention_jax import positional
 from attention_jax import layers
 from attention_jax.layers import GLOROT, SCORES, MultiHeadAttention, dropout_key
@@ -143,7 +144,7 @@ class EncoderLayer(_Block):
 
   def __call__(self, x, mask, *, deterministic: bool = True, key=None,
                self_aux: list | None = None):
-    """x `[B, S, D]`, mask bool `[B, 1, S, S]` -> `[B, S, D]`.
+    """x `[B, S, D]`, mask bool `[B, 1, S, S]` or a `MaskStructure` -> `[B, S, D]`.
 
     `self_aux`: a list to which the self attention's `{'scores', 'weights'}`
     `[B, H, S, S]` is appended (the plain kernel then; diagnostics only), as
@@ -177,7 +178,8 @@ class DecoderLayer(_Block):
     Args:
       x: `[B, T, D]` (T = 1 when decoding with a cache).
       memory_kv: `cross_attn.project_kv(memory)`: `([B, H, S, d_k], [B, H, S, d_v])`.
-      self_mask: bool `[B, 1, T, T]` (ignored with a cache: causal by `index`).
+      self_mask: bool `[B, 1, T, T]` or a `MaskStructure` (ignored with a
+        cache: causal by `index`).
       cross_mask: bool `[B, 1, 1, S]`.
       deterministic / key: dropout switch and key.
       score_offset: `[B, H, T, S]` added to the cross-attention scores.
@@ -315,8 +317,8 @@ class Transformer(nnx.Module):
     keys = common.split_key(key, c.num_encoder_layers + 1)
     table = self.embed if c.share_embeddings else self.src_embed
     x = self._embed(src, table, deterministic=deterministic, key=keys[0])
-    valid = masks.padding(src, c.pad_id)  # [B, S]
-    mask = masks.cross(valid, valid)  # [B, 1, S, S]
+    lengths = jnp.sum(masks.padding(src, c.pad_id), axis=-1)  # [B] (padded at the end)
+    mask = MaskStructure(query_lengths=lengths, key_lengths=lengths)  # [B, 1, S, S]
     for layer, k in zip(self.encoder_layers, keys[1:]):
       x = layer(x, mask, deterministic=deterministic, key=k, self_aux=self_aux)
     if c.pre_layer_norm:
@@ -375,12 +377,17 @@ class Transformer(nnx.Module):
     src_valid = masks.padding(src, c.pad_id)  # [B, S]
     tgt_valid = masks.padding(tgt_in, c.pad_id)  # [B, T]
     self_mask = masks.combine(masks.causal(t), tgt_valid[:, None, None, :])  # [B, 1, T, T]
+    # The self attentions get their masks as structure (`MaskStructure`), so
+    # that on GPUs cuDNN applies them inside its fused kernel; the cross
+    # attention returns its weights (alignment, diagnostics), so it always
+    # takes the plain kernel, where the dense mask is what it needs.
+    self_structure = MaskStructure(causal=True, key_lengths=jnp.sum(tgt_valid, axis=-1))
     cross_mask = src_valid[:, None, None, :]  # [B, 1, 1, S]
     all_scores, all_weights = [], []
     self_aux = [] if per_layer else None
     for i, (layer, k) in enumerate(zip(self.decoder_layers, keys[1:])):
       x, cross, _ = layer(
-          x, layer.cross_attn.project_kv(memory), self_mask=self_mask,
+          x, layer.cross_attn.project_kv(memory), self_mask=self_structure,
           cross_mask=cross_mask, deterministic=deterministic, key=k,
           score_offset=None if score_offset is None else score_offset[i],
           self_aux=self_aux)

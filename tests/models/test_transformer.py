@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from attention_jax import layers
 from attention_jax.layers import SCORES
 from attention_jax.models import Transformer, TransformerConfig, count_params, create_ensemble
 from attention_jax.models import transformer
@@ -112,6 +113,35 @@ def test_forward_shapes_and_cross_attention(name):
   np.testing.assert_allclose(weights.sum(-1), 1.0, rtol=1e-5)
   assert np.all(weights[:, 1, :, :, 3:] == 0.0)  # source padding gets no weight
   assert np.all(np.isfinite(np.asarray(aux["scores"])))
+
+
+def test_self_attentions_pass_their_masks_as_structure(monkeypatch):
+  # So that on GPUs cuDNN applies the causal and padding masks inside its fused
+  # kernel (a dense mask reaches it as a bias). Handed over here (CPU: computed
+  # by `attention`'s plain kernel), the logits are those of the dense masks.
+  model = model_of(small(dropout=0.0))
+  want, _ = model(SRC, TGT_IN)  # not the jitted `forward`: its cache would skip tracing
+  calls = []
+  real = layers.attention
+
+  def recording(q, k, v, **kw):
+    calls.append(kw)
+    return real(q, k, v, **kw)
+
+  monkeypatch.setattr(layers, "attention", recording)
+  monkeypatch.setattr(layers, "select_implementation",
+                      lambda *a, return_weights=False, **k: "plain" if return_weights else "fused")
+  got, _ = model(SRC, TGT_IN)
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert len(calls) == 4 and all(c.get("mask") is None for c in calls)  # 2 encoder, 2 decoder
+  lengths = (SRC != 0).sum(-1)
+  for c in calls[:2]:  # encoder: padded sources, both ways
+    assert not c["causal"]
+    np.testing.assert_array_equal(c["query_lengths"], lengths)
+    np.testing.assert_array_equal(c["key_lengths"], lengths)
+  for c in calls[2:]:  # decoder: causal, padded targets as keys
+    assert c["causal"] and c["query_lengths"] is None
+    np.testing.assert_array_equal(c["key_lengths"], (TGT_IN != 0).sum(-1))
 
 
 @pytest.mark.parametrize("name", list(CONFIGS))
