@@ -24,6 +24,36 @@ declare -A sweeps=(
   [rnn]="--model=rnn --arms=additive,multiplicative,scaled_multiplicative"
   [transformer]="--model=transformer --arms=dot,scaled_dot,qk_norm"
 )
+# compare.py A B [verbose]: results.jsonl (all fields but train_seconds and provenance),
+# every run's metrics.jsonl byte for byte and table.md of workdir B against A; exit 1 if any differ.
+cat > "$tmp/compare.py" <<'PY'
+import glob, json, os, sys
+a_dir, b_dir, verbose = sys.argv[1], sys.argv[2], len(sys.argv) > 3
+def rows(w):
+  out = {}
+  for line in open(f"{w}/results.jsonl"):
+    r = json.loads(line); r.pop("train_seconds", None); r.pop("provenance", None)
+    out[(r["arm"], r["dim"], r["seed"])] = r
+  return out
+a, b = rows(a_dir), rows(b_dir)
+same_rows = a == b
+print("  results.jsonl rows", len(a), len(b),
+      "identical (all fields but train_seconds, provenance):", same_rows)
+if verbose:
+  for k in sorted(a):
+    print("   ", k, "test_bleu", a[k]["test_bleu"], b.get(k, {}).get("test_bleu"),
+          "val_ppl", a[k]["val_ppl"], b.get(k, {}).get("val_ppl"))
+logs = sorted(os.path.relpath(p, a_dir) for p in glob.glob(f"{a_dir}/runs/*/metrics.jsonl"))
+same_logs = bool(logs)
+for rel in logs:
+  other = os.path.join(b_dir, rel)
+  same = os.path.exists(other) and open(os.path.join(a_dir, rel), "rb").read() == open(other, "rb").read()
+  same_logs &= same
+  print("  ", rel, "byte-identical:", same)
+same_table = open(f"{a_dir}/table.md").read() == open(f"{b_dir}/table.md").read()
+print("  table.md identical:", same_table)
+sys.exit(0 if same_rows and same_logs and same_table else 1)
+PY
 status=0
 for name in rnn transformer; do
   flags="$common ${sweeps[$name]}"
@@ -32,60 +62,18 @@ for name in rnn transformer; do
     || { echo "before ($before_commit) failed:"; tail -5 "$tmp/before_$name.log"; exit 2; }
   "$py" -m experiments.ablation $flags --workdir="$tmp/after_$name" > "$tmp/after_$name.log" 2>&1 \
     || { echo "after (working tree) failed:"; tail -5 "$tmp/after_$name.log"; exit 2; }
-  "$py" - "$tmp/before_$name" "$tmp/after_$name" <<'PY' || status=1
-import glob, json, os, sys
-before, after = sys.argv[1], sys.argv[2]
-def rows(w):
-  out = {}
-  for line in open(f"{w}/results.jsonl"):
-    r = json.loads(line); r.pop("train_seconds", None); r.pop("provenance", None)
-    out[(r["arm"], r["dim"], r["seed"])] = r
-  return out
-a, b = rows(before), rows(after)
-same_rows = a == b
-print("results.jsonl rows", len(a), len(b),
-      "identical (all fields but train_seconds, provenance):", same_rows)
-for k in sorted(a):
-  print(" ", k, "test_bleu", a[k]["test_bleu"], b.get(k, {}).get("test_bleu"),
-        "val_ppl", a[k]["val_ppl"], b.get(k, {}).get("val_ppl"))
-logs = sorted(os.path.relpath(p, before) for p in glob.glob(f"{before}/runs/*/metrics.jsonl"))
-same_logs = bool(logs)
-for rel in logs:
-  other = os.path.join(after, rel)
-  same = os.path.exists(other) and open(os.path.join(before, rel), "rb").read() == open(other, "rb").read()
-  same_logs &= same
-  print(" ", rel, "byte-identical:", same)
-same_table = open(f"{before}/table.md").read() == open(f"{after}/table.md").read()
-print("table.md identical:", same_table)
-sys.exit(0 if same_rows and same_logs and same_table else 1)
-PY
+  echo " before ($before_commit) vs after (the working tree), each from scratch:"
+  "$py" "$tmp/compare.py" "$tmp/before_$name" "$tmp/after_$name" verbose || status=1
   (cd "$tmp/src" && "$py" -m experiments.ablation $flags --steps=20 --workdir="$tmp/resumed_$name" \
      > "$tmp/resumed_before_$name.log" 2>&1) \
     || { echo "before ($before_commit), 20 steps, failed:"; tail -5 "$tmp/resumed_before_$name.log"; exit 2; }
   "$py" -m experiments.ablation $flags --workdir="$tmp/resumed_$name" > "$tmp/resumed_after_$name.log" 2>&1 \
     || { echo "after (working tree), resuming, failed:"; tail -5 "$tmp/resumed_after_$name.log"; exit 2; }
   extended=$(grep -c "extended from 20 to 40 steps" "$tmp/resumed_after_$name.log" || true)
-  echo "resumed: $extended runs extended from 20 to 40 steps by the working tree"
+  echo " a workdir of $before_commit (20 steps) extended to 40 by the working tree ($extended runs" \
+       "extended), vs the working tree from scratch:"
   [ "$extended" -gt 0 ] || status=1
-  "$py" - "$tmp/resumed_$name" "$tmp/after_$name" <<'PY' || status=1
-import glob, json, os, sys
-resumed, scratch = sys.argv[1], sys.argv[2]
-def rows(w):
-  out = {}
-  for line in open(f"{w}/results.jsonl"):
-    r = json.loads(line); r.pop("train_seconds", None); r.pop("provenance", None)
-    out[(r["arm"], r["dim"], r["seed"])] = r
-  return out
-same_rows = rows(resumed) == rows(scratch)
-logs = sorted(os.path.relpath(p, scratch) for p in glob.glob(f"{scratch}/runs/*/metrics.jsonl"))
-same_logs = bool(logs) and all(
-    open(os.path.join(scratch, rel), "rb").read() == open(os.path.join(resumed, rel), "rb").read()
-    for rel in logs)
-same_table = open(f"{resumed}/table.md").read() == open(f"{scratch}/table.md").read()
-print("resumed workdir vs the working tree from scratch: results.jsonl", same_rows,
-      "| every metrics.jsonl byte-identical", same_logs, "| table.md", same_table)
-sys.exit(0 if same_rows and same_logs and same_table else 1)
-PY
+  "$py" "$tmp/compare.py" "$tmp/after_$name" "$tmp/resumed_$name" || status=1
 done
 echo "all identical: $([ $status = 0 ] && echo yes || echo NO)"
 exit $status

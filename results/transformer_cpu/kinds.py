@@ -19,6 +19,7 @@ import os
 import sys
 
 KINDS = ("encoder_self", "decoder_self", "cross")
+ARMS = ("dot", "scaled_dot", "inverse_dim", "qk_norm", "additive")  # the preset's order
 HALF = 0.5  # share of saturated rows that counts as "the softmax has saturated"
 
 
@@ -46,48 +47,43 @@ def _mean(values):
   return sum(values) / len(values)
 
 
+def _in_order(runs):
+  """(arm, d_k, steps) of every run, by the preset's arm order, then d_k."""
+  rank = {a: i for i, a in enumerate(ARMS)}
+  for arm, dim in sorted(runs, key=lambda key: (rank.get(key[0], len(ARMS)), key)):
+    yield arm, dim, runs[(arm, dim)]
+
+
 def main(workdir: str) -> None:
   runs = _runs(workdir)
   if not runs:
     sys.exit(f"error: no runs/*/metrics.jsonl under {workdir}")
-  arms = sorted({a for a, _ in runs}, key=lambda a: ["dot", "scaled_dot", "inverse_dim",
-                                                      "qk_norm", "additive"].index(a)
-                if a in ("dot", "scaled_dot", "inverse_dim", "qk_norm", "additive") else 9)
-  dims = sorted({d for _, d in runs})
   first = min(min(s) for s in runs.values())
   print(f"Largest attention logit per kind (the largest over its layers; mean over seeds) "
         f"at step {first} and at the last step; in brackets the share of saturated rows "
         f"(largest weight > 0.99) at the last step.\n")
   print("| arm | d_k | last step | " + " | ".join(KINDS) + " |")
   print("|---|---|---|" + "---|" * len(KINDS))
-  for arm in arms:
-    for dim in dims:
-      steps = runs.get((arm, dim))
-      if not steps:
-        continue
-      last = max(steps)
-      cells = []
-      for kind in KINDS:
-        early = _mean([_kind_value(r, "max_logit", kind) for r in steps[first]])
-        end = _mean([_kind_value(r, "max_logit", kind) for r in steps[last]])
-        sat = _mean([_kind_value(r, "saturated", kind) for r in steps[last]])
-        cells.append(f"{early:.1f} → {end:.1f} ({100 * sat:.0f}%)")
-      print(f"| `{arm}` | {dim} | {last} | " + " | ".join(cells) + " |")
+  for arm, dim, steps in _in_order(runs):
+    last = max(steps)
+    cells = []
+    for kind in KINDS:
+      early = _mean([_kind_value(r, "max_logit", kind) for r in steps[first]])
+      end = _mean([_kind_value(r, "max_logit", kind) for r in steps[last]])
+      sat = _mean([_kind_value(r, "saturated", kind) for r in steps[last]])
+      cells.append(f"{early:.1f} → {end:.1f} ({100 * sat:.0f}%)")
+    print(f"| `{arm}` | {dim} | {last} | " + " | ".join(cells) + " |")
   print(f"\nFirst diagnostics step at which a kind has ≥ {HALF:.0%} of its rows saturated in "
         "some layer (every seed), or – if never.\n")
   print("| arm | d_k | " + " | ".join(KINDS) + " |")
   print("|---|---|" + "---|" * len(KINDS))
-  for arm in arms:
-    for dim in dims:
-      steps = runs.get((arm, dim))
-      if not steps:
-        continue
-      cells = []
-      for kind in KINDS:
-        hit = [s for s in sorted(steps)
-               if all(_kind_value(r, "saturated", kind) >= HALF for r in steps[s])]
-        cells.append(str(hit[0]) if hit else "–")
-      print(f"| `{arm}` | {dim} | " + " | ".join(cells) + " |")
+  for arm, dim, steps in _in_order(runs):
+    cells = []
+    for kind in KINDS:
+      hit = [s for s in sorted(steps)
+             if all(_kind_value(r, "saturated", kind) >= HALF for r in steps[s])]
+      cells.append(str(hit[0]) if hit else "–")
+    print(f"| `{arm}` | {dim} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
