@@ -1,6 +1,6 @@
 """Which attention kind's logits grow first, and when, in the d_k ablation.
 
-    python results/transformer_cpu/kinds.py WORKDIR > results/transformer_cpu/kinds.md
+    python results/transformer_cpu/kinds.py WORKDIR [LAST_STEP] > results/transformer_cpu/kinds.md
 
 Reads every run's `metrics.jsonl` in WORKDIR (`experiments.ablation
 --preset=transformer`) and prints markdown tables, per arm and d_k, of the
@@ -8,7 +8,8 @@ softmax diagnostics of each attention kind (`encoder_self`, `decoder_self`,
 `cross`; the largest over the layers of a kind): the largest logit and the
 share of saturated rows (largest weight > 0.99) at the first diagnostics step
 and at the last, as the mean over seeds, and the first step at which a kind
-has half its rows saturated. The step-0 values of the same models are in
+has half its rows saturated. With LAST_STEP, steps after it are left out (the
+tables of a run before an extension). The step-0 values of the same models are in
 results/init_logits (`experiments.init_logits`), which trains nothing.
 """
 
@@ -29,15 +30,15 @@ def _kind_value(row: dict, name: str, kind: str) -> float:
   return max(values) if values else float("nan")
 
 
-def _runs(workdir: str):
-  """{(arm, d_k): {step: [diagnostics rows, one per seed]}} of every run."""
+def _runs(workdir: str, last_step: float = float("inf")):
+  """{(arm, d_k): {step: [diagnostics rows, one per seed]}} of every run, up to `last_step`."""
   out = {}
   for path in sorted(glob.glob(os.path.join(workdir, "runs", "*_d*", "metrics.jsonl"))):
     arm, dim = os.path.basename(os.path.dirname(path)).rsplit("_d", 1)
     by_step = collections.defaultdict(list)
     for line in open(path, encoding="utf-8"):
       row = json.loads(line)
-      if "max_logit" in row:  # a diagnostics row (validation rows have none)
+      if "max_logit" in row and row["step"] <= last_step:  # diagnostics (not validation) rows
         by_step[row["step"]].append(row)
     out[(arm, int(dim))] = dict(by_step)
   return out
@@ -54,8 +55,8 @@ def _in_order(runs):
     yield arm, dim, runs[(arm, dim)]
 
 
-def main(workdir: str) -> None:
-  runs = _runs(workdir)
+def main(workdir: str, last_step: float = float("inf")) -> None:
+  runs = _runs(workdir, last_step)
   if not runs:
     sys.exit(f"error: no runs/*/metrics.jsonl under {workdir}")
   first = min(min(s) for s in runs.values())
@@ -87,6 +88,6 @@ def main(workdir: str) -> None:
 
 
 if __name__ == "__main__":
-  if len(sys.argv) != 2:
-    sys.exit("usage: python results/transformer_cpu/kinds.py WORKDIR")
-  main(sys.argv[1])
+  if len(sys.argv) not in (2, 3):
+    sys.exit("usage: python results/transformer_cpu/kinds.py WORKDIR [LAST_STEP]")
+  main(sys.argv[1], *(int(a) for a in sys.argv[2:]))
