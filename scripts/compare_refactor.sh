@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Same outputs on the same seeds before and after a refactor:
-#   scripts/compare_refactor.sh 64f6691   # from the repository root
-# (its output for the refactor of commit db6c306: results/archive/refactor_check/)
+#   PYTHON=.venv/bin/python bash scripts/compare_refactor.sh a34e656   # from the repository root
+# (its outputs: results/refactor_check_cpu/ for the trainer/sweep/scores redesign,
+# results/archive/refactor_check/ for the refactor of commit db6c306)
 # Runs two small smoke sweeps -- the RNN (3 arms, a=8) and the Transformer (3 arms,
 # d_k=8), 2 seeds, 40 steps -- with the code of commit $1 (a temporary git worktree)
 # and with the working tree, then compares, per sweep: results.jsonl (every field but
