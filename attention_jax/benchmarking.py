@@ -38,7 +38,7 @@ __all__ = [
     "time_interleaved", "CpuSnapshot", "cpu_snapshot",
     "other_cpu_load", "memory_stats", "peak_device_memory",
     "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
-    "verify_close", "default_tolerance", "machine_description",
+    "verify_close", "default_tolerance", "machine_description", "cpu_model",
 ]
 
 FWD_BWD_FACTOR = 3.5
@@ -317,17 +317,27 @@ def verify_close(candidate, reference, *, rtol: float, name: str = "kernel") -> 
   return err
 
 
+def cpu_model(cpuinfo: str) -> str | None:
+  """The first `model name` of a /proc/cpuinfo text, else None."""
+  for line in cpuinfo.splitlines():
+    key, sep, value = line.partition(":")
+    if sep and key.strip() == "model name" and value.strip():
+      return value.strip()
+  return None
+
+
+def read_cpuinfo() -> str:
+  """/proc/cpuinfo's text; "" where there is none (not Linux)."""
+  try:
+    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+      return f.read()
+  except OSError:
+    return ""
+
+
 def machine_description() -> dict[str, Any]:
   """Platform, device kind, CPU model and usable core count, JAX version."""
-  cpu = platform.processor() or platform.machine()
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("model name"):
-          cpu = line.split(":", 1)[1].strip()
-          break
-  except OSError:
-    pass
+  cpu = cpu_model(read_cpuinfo()) or platform.processor() or platform.machine()
   device = jax.devices()[0]
   try:
     cores = len(os.sched_getaffinity(0))

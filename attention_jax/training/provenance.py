@@ -54,15 +54,6 @@ def record(*, commit: str | None, dirty: bool | None, versions: Mapping[str, str
           "xla_flags": xla_flags}
 
 
-def cpu_model(cpuinfo: str) -> str | None:
-  """The first `model name` of a /proc/cpuinfo text, else None."""
-  for line in cpuinfo.splitlines():
-    key, sep, value = line.partition(":")
-    if sep and key.strip() == "model name" and value.strip():
-      return value.strip()
-  return None
-
-
 def device_name(platform: str, device_kind: str, cpu: str | None) -> str:
   """The device kind, except on CPU where JAX says only "cpu": the CPU model."""
   if platform == "cpu" and cpu:
@@ -134,23 +125,17 @@ def _main_module() -> str | None:
   return getattr(spec, "name", None)
 
 
-def _read_cpuinfo() -> str:
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-      return f.read()
-  except OSError:  # not Linux
-    return ""
-
-
 def collect() -> dict[str, Any]:
   """The provenance of this process, gathered now (`fields` caches it)."""
   import jax  # pylint: disable=g-import-not-at-top
+  from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
 
   commit, dirty = git_state(_source_root())
   if commit is None:
     commit, dirty = parse_commit(os.environ.get(COMMIT_VARIABLE, ""))
   backend = jax.default_backend()
-  cpu = cpu_model(_read_cpuinfo()) or platform_lib.processor() or None
+  cpu = (benchmarking.cpu_model(benchmarking.read_cpuinfo())
+         or platform_lib.processor() or None)
   return record(commit=commit, dirty=dirty, versions=versions(), platform=backend,
                 device_kind=device_name(backend, jax.devices()[0].device_kind, cpu),
                 command=command_line(sys.argv, _main_module()),
