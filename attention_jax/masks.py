@@ -26,6 +26,20 @@ def padding(tokens, pad_id: int = 0) -> jnp.ndarray:
   return tokens != pad_id  # [..., T]
 
 
+def lengths(tokens, pad_id: int = 0) -> jnp.ndarray:
+  """`[...]` int32: how many tokens of each row of `tokens [..., T]` come before
+  its first `pad_id`, i.e. its length when padded at the end. Models that pass
+  lengths (`attention.MaskStructure`) take a row to end there; `prefix(...)`
+  is that as a mask, so that their dense masks say the same for any input."""
+  return jnp.sum(prefix(tokens, pad_id), axis=-1, dtype=jnp.int32)  # [...]
+
+
+def prefix(tokens, pad_id: int = 0) -> jnp.ndarray:
+  """`[..., T]` bool: True before the first `pad_id` of each row (`padding`
+  for rows padded at the end; a pad inside a row also hides what follows it)."""
+  return jnp.cumprod(padding(tokens, pad_id), axis=-1).astype(jnp.bool_)  # [..., T]
+
+
 def cross(query_valid, key_valid) -> jnp.ndarray:
   """Pairwise mask `[..., 1, Tq, Tk]` from validity vectors.
 

@@ -170,3 +170,14 @@ def test_combine_rejects_non_boolean_and_bad_shapes(raises_at_trace):
                   TypeError, "`masks[2]`", "boolean", "float32")
   raises_at_trace(masks.combine, (ok, np.ones((3, 4), bool)),
                   ValueError, "`masks[0]`", "`masks[1]`", "(4, 4)", "(3, 4)")
+
+
+def test_lengths_and_prefix_end_a_row_at_its_first_pad():
+  tokens = np.array([[5, 6, 7, 0, 0], [5, 0, 7, 8, 0], [0, 4, 4, 4, 4], [3, 3, 3, 3, 3]])
+  np.testing.assert_array_equal(masks.lengths(tokens), [3, 1, 0, 5])
+  assert masks.lengths(tokens).dtype == jnp.int32
+  want = np.arange(5)[None, :] < np.array([3, 1, 0, 5])[:, None]
+  np.testing.assert_array_equal(masks.prefix(tokens), want)
+  # padded at the end, the prefix is the padding mask
+  np.testing.assert_array_equal(masks.prefix(tokens[:1]), masks.padding(tokens[:1]))
+  np.testing.assert_array_equal(masks.lengths(tokens, pad_id=3), [5, 5, 5, 0])

@@ -53,7 +53,7 @@ class TransformerConfig:
   share_embeddings: bool = True  # one table for source, target and the output projection
   dtype: Any = jnp.float32  # compute dtype (bfloat16 for mixed precision); logits are float32
   param_dtype: Any = jnp.float32  # parameter dtype
-  pad_id: int = 0  # padding token id (masked everywhere)
+  pad_id: int = 0  # padding token id: a sentence ends at its first (masked everywhere)
   eos_id: int = 1  # end-of-sentence token id (stops decoding)
   sos_id: int = 2  # start-of-sentence token id (first decoder input)
 
@@ -317,7 +317,7 @@ class Transformer(nnx.Module):
     keys = common.split_key(key, c.num_encoder_layers + 1)
     table = self.embed if c.share_embeddings else self.src_embed
     x = self._embed(src, table, deterministic=deterministic, key=keys[0])
-    lengths = jnp.sum(masks.padding(src, c.pad_id), axis=-1)  # [B] (padded at the end)
+    lengths = masks.lengths(src, c.pad_id)  # [B]: a sentence ends at its first pad
     mask = MaskStructure(query_lengths=lengths, key_lengths=lengths)  # [B, 1, S, S]
     for layer, k in zip(self.encoder_layers, keys[1:]):
       x = layer(x, mask, deterministic=deterministic, key=k, self_aux=self_aux)
@@ -374,14 +374,16 @@ class Transformer(nnx.Module):
 
     keys = common.split_key(k_dec, c.num_layers + 1)
     x = self._embed(tgt_in, self.embed, deterministic=deterministic, key=keys[0])
-    src_valid = masks.padding(src, c.pad_id)  # [B, S]
-    tgt_valid = masks.padding(tgt_in, c.pad_id)  # [B, T]
+    # A sentence ends at its first pad (`masks.prefix`), in the dense masks as in
+    # the lengths of the self attentions' `MaskStructure`.
+    src_valid = masks.prefix(src, c.pad_id)  # [B, S]
+    tgt_valid = masks.prefix(tgt_in, c.pad_id)  # [B, T]
     self_mask = masks.combine(masks.causal(t), tgt_valid[:, None, None, :])  # [B, 1, T, T]
     # The self attentions get their masks as structure (`MaskStructure`), so
     # that on GPUs cuDNN applies them inside its fused kernel; the cross
     # attention returns its weights (alignment, diagnostics), so it always
     # takes the plain kernel, where the dense mask is what it needs.
-    self_structure = MaskStructure(causal=True, key_lengths=jnp.sum(tgt_valid, axis=-1))
+    self_structure = MaskStructure(causal=True, key_lengths=masks.lengths(tgt_in, c.pad_id))
     cross_mask = src_valid[:, None, None, :]  # [B, 1, 1, S]
     all_scores, all_weights = [], []
     self_aux = [] if per_layer else None
@@ -442,7 +444,7 @@ class Transformer(nnx.Module):
     kv = tuple(layer.cross_attn.project_kv(memory) for layer in self.decoder_layers)
     caches = tuple(layer.self_attn.init_cache(src.shape[0], max_len)
                    for layer in self.decoder_layers)
-    return ({"kv": kv, "key_valid": masks.padding(src, self.config.pad_id)},
+    return ({"kv": kv, "key_valid": masks.prefix(src, self.config.pad_id)},
             {"cache": caches})
 
   def init_beams(self, memory, carry, beam_size: int):

@@ -144,6 +144,23 @@ def test_self_attentions_pass_their_masks_as_structure(monkeypatch):
     np.testing.assert_array_equal(c["key_lengths"], (TGT_IN != 0).sum(-1))
 
 
+def test_a_sentence_ends_at_its_first_pad():
+  # The convention that lets the self attentions pass lengths: what follows a pad
+  # inside a row is padding too, in the dense masks as in the lengths.
+  model = model_of(small())
+  src = SRC.copy()
+  src[0, 2] = 0  # [5, 6, 0, 8, 1, 0, 0]
+  tgt = TGT_IN.copy()
+  tgt[0, 2] = 0  # [2, 11, 0, 13, 14]
+  cut_src, cut_tgt = src.copy(), tgt.copy()
+  cut_src[0, 2:], cut_tgt[0, 2:] = 0, 0
+  got, aux = forward(model, src, tgt)
+  want, _ = forward(model, cut_src, cut_tgt)
+  np.testing.assert_allclose(got[:, :2], want[:, :2], rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got[1], want[1], rtol=1e-5, atol=1e-5)
+  np.testing.assert_array_equal(aux["key_valid"][0, 0, 0, 0], [1, 1, 0, 0, 0, 0, 0])
+
+
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_decoder_is_causal(name):
   model = model_of(CONFIGS[name])
