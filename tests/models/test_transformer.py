@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import layers
+from attention_jax import layers as layers_lib
 from attention_jax.layers import SCORES
 from attention_jax.models import Transformer, TransformerConfig, count_params, create_ensemble
 from attention_jax.models import transformer
@@ -122,14 +122,14 @@ def test_self_attentions_pass_their_masks_as_structure(monkeypatch):
   model = model_of(small(dropout=0.0))
   want, _ = model(SRC, TGT_IN)  # not the jitted `forward`: its cache would skip tracing
   calls = []
-  real = layers.attention
+  real = layers_lib.attention
 
   def recording(q, k, v, **kw):
     calls.append(kw)
     return real(q, k, v, **kw)
 
-  monkeypatch.setattr(layers, "attention", recording)
-  monkeypatch.setattr(layers, "select_implementation",
+  monkeypatch.setattr(layers_lib, "attention", recording)
+  monkeypatch.setattr(layers_lib, "select_implementation",
                       lambda *a, return_weights=False, **k: "plain" if return_weights else "fused")
   got, _ = model(SRC, TGT_IN)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
