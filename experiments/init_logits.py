@@ -95,9 +95,9 @@ import numpy as np
 from attention_jax import benchmarking
 from attention_jax import masks
 from attention_jax import registry
-from attention_jax.data import input_pipeline
 from attention_jax.models.transformer import ATTENTION_KINDS
 from attention_jax.training import config as config_lib
+from attention_jax.training import datasets
 from attention_jax.training import diagnostics
 from attention_jax.training import scaling
 from attention_jax.training import steps
@@ -1001,10 +1001,8 @@ def settings_from_flags() -> Settings:
 
 
 def load_data(settings: Settings):
-  kwargs = dict(max_length=settings.max_length)
-  if not settings.dataset.startswith(("copy", "reverse", "sort")):
-    kwargs["vocab_size"] = settings.vocab_size
-  return input_pipeline.load(settings.dataset, **kwargs)
+  return datasets.load(settings.dataset, max_length=settings.max_length,
+                       vocab_size=settings.vocab_size)
 
 
 def main(argv):

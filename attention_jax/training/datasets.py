@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 from attention_jax.data import input_pipeline
+from attention_jax.data import synthetic
 from attention_jax.training.config import ExperimentConfig
 
 
+def load(dataset: str, *, max_length: int, vocab_size: int, data_dir: str = ""):
+  """`input_pipeline.load` of `dataset` with an experiment's settings: the
+  synthetic tasks (`synthetic.TASKS`) have no tokenizer, so no vocabulary
+  size; `data_dir` "" is the default cache folder."""
+  kwargs = dict(max_length=max_length)
+  if data_dir:
+    kwargs["data_dir"] = data_dir
+  if not dataset.startswith(synthetic.TASKS):
+    kwargs["vocab_size"] = vocab_size
+  return input_pipeline.load(dataset, **kwargs)
+
+
 def load_data(cfg: ExperimentConfig):
-  """The dataset `cfg` trains on (`input_pipeline.load`)."""
-  kwargs = dict(max_length=cfg.max_length)
-  if cfg.data_dir:
-    kwargs["data_dir"] = cfg.data_dir
-  if not cfg.dataset.startswith(("copy", "reverse", "sort")):
-    kwargs["vocab_size"] = cfg.vocab_size
-  return input_pipeline.load(cfg.dataset, **kwargs)
+  """The dataset `cfg` trains on."""
+  return load(cfg.dataset, max_length=cfg.max_length, vocab_size=cfg.vocab_size,
+              data_dir=cfg.data_dir)
 
 
 def data_key(cfg: ExperimentConfig) -> tuple:

@@ -255,7 +255,8 @@ class EnsembleTrainer:
     step's checkpoint saved.
     """
     os.makedirs(run_dir, exist_ok=True)
-    ckpt = checkpoints.Checkpointer(rundir.RunDir(run_dir).checkpoints)
+    paths = rundir.RunDir(run_dir)
+    ckpt = checkpoints.Checkpointer(paths.checkpoints)
     restored = ckpt.restore_latest(self.state.arrays(), log=log)
     if restored is not None:
       self.state = self.state.restored(*restored)
@@ -263,7 +264,7 @@ class EnsembleTrainer:
     self.evaluator.check_memory(log)
     board = board_lib.Board(run_dir, self.seeds, start_step=self.state.step,
                             enabled=multihost.is_primary(), log=log)
-    metrics = MetricsLog(rundir.RunDir(run_dir).metrics, log=log,
+    metrics = MetricsLog(paths.metrics, log=log,
                          write=multihost.is_primary(), board=board)
     metrics.truncate_after(self.state.step)  # drop what a killed run logged past its checkpoint
     try:
