@@ -20,6 +20,7 @@ size, a additive attention size.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import platform
@@ -39,6 +40,7 @@ __all__ = [
     "other_cpu_load", "memory_stats", "peak_device_memory",
     "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
     "verify_close", "default_tolerance", "machine_description", "cpu_model",
+    "PEAK_SHAPES", "matmul_rates",
 ]
 
 FWD_BWD_FACTOR = 3.5
@@ -111,6 +113,35 @@ class Timing:
     q1, q3 = (np.percentile(ts, [25, 75]) if len(ts) > 1 else (ts[0], ts[0]))
     return cls(median_s=statistics.median(ts), min_s=ts[0], max_s=ts[-1],
                iqr_s=float(q3 - q1), repeats=len(ts), times_s=tuple(ts))
+
+
+# Matrix products [M, K] x [K, N] that `matmul_rates` times: large squares (the
+# machine's peak), the quick RNN's hoisted projections over a whole batch of
+# sentences (64 x 32 rows) and one decoder step of it (64 rows).
+PEAK_SHAPES: tuple[tuple[int, int, int], ...] = (
+    (2048, 2048, 2048), (4096, 384, 384), (2048, 128, 2000), (64, 384, 384),
+    (64, 128, 384))
+
+
+def matmul_rates(shapes=PEAK_SHAPES, dtype=jnp.float32, *, repeats: int = 7
+                 ) -> dict[tuple[int, int, int], float]:
+  """Measured FLOP/s of jitted `x @ w` for each `(M, K, N)` in `shapes`.
+
+  2·M·K·N FLOPs per call over the median time of `repeats` interleaved calls
+  (compiled first; `time_interleaved`). The best of them is the machine's
+  matmul peak as JAX reaches it with the threads this process was given.
+  """
+  calls, flops = {}, {}
+  for i, (m, k, n) in enumerate(shapes):
+    for name, value in (("M", m), ("K", k), ("N", n)):
+      _validate.positive_int(value, f"shapes[{i}].{name}")
+    x = jax.random.normal(jax.random.key(i), (m, k), dtype)
+    w = jax.random.normal(jax.random.key(i + 1000), (k, n), dtype)
+    compiled = jax.jit(jnp.matmul).lower(x, w).compile()
+    calls[(m, k, n)] = functools.partial(compiled, x, w)
+    flops[(m, k, n)] = 2.0 * m * k * n
+  timings = time_interleaved(calls, warmup=2, repeats=repeats)
+  return {shape: flops[shape] / timings[shape].median_s for shape in calls}
 
 
 def compile_fn(fn: Callable, *args, static_argnums=()) -> tuple[Any, float]:
