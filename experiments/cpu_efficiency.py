@@ -3,8 +3,9 @@ r"""How close a training step comes to the machine's own float32 matmul peak.
     python -m experiments.cpu_efficiency --out=results/cpu_efficiency/DATE.jsonl
     python -m experiments.cpu_efficiency --cells=additive:1024 --seeds=2 --threads=0
 
-One process, on `--threads` threads (1, the default, is how a `--workers`
-process of the quick preset trains; 0 = every core). It measures:
+One process, on one core (`--threads=1`, the default: how a `--workers`
+process of the quick preset trains) or on every core (`--threads=0`). It
+measures:
 
 1. **The peak**: FLOP/s of jitted float32 matrix products
    (`benchmarking.matmul_rates`: large squares, the quick model's batch-wide
@@ -58,7 +59,10 @@ def define_flags() -> None:
   flags.DEFINE_string("seeds", "1,2", "Comma-separated seed counts (members trained as one "
                       "vmapped program).")
   flags.DEFINE_integer("batches", 20, "Real training batches timed per cell and seed count.")
-  flags.DEFINE_integer("threads", 1, "XLA:CPU threads: 1 (as a --workers process) or 0 (all).")
+  flags.DEFINE_integer("threads", 1, "1: this process on one core (`--core`), as a --workers "
+                       "process trains; 0: every core.")
+  flags.DEFINE_integer("core", None, "With --threads=1: the core to run on (default: the "
+                       "first this process may use).")
   flags.DEFINE_integer("repeats", 7, "Timed calls per matmul shape of the peak.")
   flags.DEFINE_string("out", None, "JSON-lines file the rows are appended to (optional).")
 
@@ -122,6 +126,9 @@ def _check_flags():
       raise ValueError(f"`--batches` must be >= 1, got {FLAGS.batches}.")
     if FLAGS.threads not in (0, 1):
       raise ValueError(f"`--threads` must be 1 or 0 (every core), got {FLAGS.threads}.")
+    if FLAGS.core is not None and FLAGS.core not in os.sched_getaffinity(0):
+      raise ValueError(f"`--core` {FLAGS.core} is not one this process may run on "
+                       f"({sorted(os.sched_getaffinity(0))}).")
     cfg = config_lib.from_preset(FLAGS.preset)
     for arm, dim in cells:
       cfg.point(config_lib.Arm.of(arm, dim))
@@ -187,18 +194,17 @@ def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg, cells, seed_counts = _check_flags()
-  if FLAGS.threads == 1:  # read when the CPU client starts, i.e. at the first jax call below
+  if FLAGS.threads == 1:  # before the first jax call below starts the CPU client
     from attention_jax.training import workers  # pylint: disable=g-import-not-at-top
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
-                               workers.ONE_THREAD_XLA_FLAGS).strip()
+    workers.use_one_core(FLAGS.core)
   from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
   from attention_jax.training import datasets  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
   from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
 
   machine = benchmarking.machine_description()
-  print(f"{machine['cpu']} ({machine['cpu_cores']} cores), jax {machine['jax_version']}, "
-        f"threads {'all' if FLAGS.threads == 0 else 1}")
+  print(f"{machine['cpu']}, jax {machine['jax_version']}, cores "
+        f"{sorted(os.sched_getaffinity(0))}")
   rates = benchmarking.matmul_rates(repeats=FLAGS.repeats)
   peak_shape, peak = max(rates.items(), key=lambda kv: kv[1])
   rows = [{"kind": "matmul_peak", "threads": FLAGS.threads, "peak_flops_per_s": peak,

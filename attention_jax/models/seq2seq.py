@@ -1,17 +1,9 @@
 """RNN encoder-decoder (docs/formulas.md §1-2) with and without attention, in Flax NNX.
 
-Encoder: embedding, then 1..n layers of GRU / LSTM (Flax's cells and their
-parameters; both directions of a layer advance in one `lax.scan`), uni- or
-bidirectional, variable lengths respected (the backward direction starts at
-each sentence's last real token; final states are taken at the last real
-token, so trailing padding changes nothing).
-
-What does not depend on the recurrence is done outside the scans, for every
-step at once: the encoder cells' input products and the first decoder cell's
-product of the token embeddings (with their dropout masks, drawn as before);
-the scans do only the recurrent products, the attention and what feeds back.
-The result is the same function as the cells run step by step, to float
-rounding (tests/models/test_seq2seq_plain_reference.py).
+Encoder: embedding, then 1..n layers of GRU / LSTM (Flax's cells, each run
+by one `lax.scan`), uni- or bidirectional, variable lengths respected (the
+backward direction starts at each sentence's last real token; final states
+are taken at the last real token, so trailing padding changes nothing).
 
 Decoders (`Seq2SeqConfig.decoder`), all run teacher-forced in one `lax.scan`:
 
@@ -39,7 +31,6 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from flax.nnx.nn import dtypes
 from flax.nnx.nn.recurrent import flip_sequences
 
 from attention_jax import masks
@@ -138,61 +129,20 @@ class Seq2SeqConfig:
     return cls(vocab_size=vocab_size, **overrides)
 
 
-def _dense(x, kernel, bias, dtype):
-  """`x @ kernel + bias` as `nnx.Linear` computes it: inputs and parameters cast
-  to the compute `dtype` (None: promoted) first."""
-  x, kernel, bias = dtypes.promote_dtype((x, kernel, bias), dtype=dtype)
-  y = jax.lax.dot_general(x, kernel, (((x.ndim - 1,), (0,)), ((), ())))
-  return y if bias is None else y + bias
+def _run_cell(cell, inputs, lengths, carry):
+  """Runs `cell` over `inputs [B, S, D]`; the carry stops changing after each
+  sentence's `lengths [B]` steps. Returns `(final carry, outputs [B, S, h])`."""
 
+  def body(carry, xs):
+    x_t, t = xs
+    new_carry, y = cell(carry, x_t)
+    keep = (t < lengths)[:, None]  # [B, 1]
+    carry = jax.tree.map(lambda n, o: jnp.where(keep, n.astype(o.dtype), o), new_carry, carry)
+    return carry, y
 
-def input_kernel(cell) -> tuple[jax.Array, jax.Array | None]:
-  """`(kernel [D, G·h], bias [G·h] or None)` of the part of a Flax GRU / LSTM
-  cell that reads its input: GRU `dense_i` (gates r, z, n; with bias), LSTM
-  `ii, if_, ig, io` side by side (gates i, f, g, o; no bias)."""
-  if isinstance(cell, nnx.GRUCell):
-    bias = cell.dense_i.bias
-    return cell.dense_i.kernel[...], None if bias is None else bias[...]
-  return jnp.concatenate([d.kernel[...] for d in (cell.ii, cell.if_, cell.ig, cell.io)],
-                         axis=-1), None
-
-
-def project_input(cell, x, rows: slice = slice(None), bias: bool = True):
-  """The input products of `cell` for `x [..., D']`, any number of steps at
-  once: `x @ kernel[rows] (+ bias)` -> `[..., G·h]`. Taken out of a scan, they
-  are one large matrix product instead of one small product per step; `rows`
-  selects the kernel's rows of the part of the input `x` is."""
-  kernel, b = input_kernel(cell)
-  return _dense(x, kernel[rows], b if bias else None, cell.dtype)
-
-
-def recur(cell, carry, projected):
-  """One step of a Flax GRU / LSTM cell from its projected input
-  (`project_input`, `[B, G·h]`): the same arithmetic as `cell(carry, x)`.
-  Returns `(new carry, output [B, h])`."""
-  if isinstance(cell, nnx.GRUCell):
-    h = carry
-    xi_r, xi_z, xi_n = jnp.split(projected, 3, axis=-1)
-    hh_r, hh_z, hh_n = jnp.split(cell.dense_h(h), 3, axis=-1)
-    r = cell.gate_fn(xi_r + hh_r)
-    z = cell.gate_fn(xi_z + hh_z)
-    n = cell.activation_fn(xi_n + r * hh_n)
-    new_h = (1.0 - z) * n + z * h
-    return new_h, new_h
-  c, h = carry
-  xi, xf, xg, xo = jnp.split(projected, 4, axis=-1)
-  i = cell.gate_fn(xi + cell.hi(h))
-  f = cell.gate_fn(xf + cell.hf(h))
-  g = cell.activation_fn(xg + cell.hg(h))
-  o = cell.gate_fn(xo + cell.ho(h))
-  new_c = f * c + i * g
-  new_h = o * cell.activation_fn(new_c)
-  return (new_c, new_h), new_h
-
-
-def _dropped(x, keep, rate: float):
-  """Inverted dropout with the mask `keep` (True = kept), as `nnx.Dropout` applies it."""
-  return jnp.where(keep, x / (1.0 - rate), jnp.zeros_like(x))
+  steps = jnp.arange(inputs.shape[1])
+  carry, outputs = jax.lax.scan(body, carry, (jnp.swapaxes(inputs, 0, 1), steps))
+  return carry, jnp.swapaxes(outputs, 0, 1)
 
 
 class RecurrentEncoderLayer(nnx.Module):
@@ -201,9 +151,6 @@ class RecurrentEncoderLayer(nnx.Module):
   The backward cell reads each sentence reversed *within its length* (Flax's
   `flip_sequences`), so it starts at the last real token, and its outputs are
   flipped back to source order: `outputs [B, S, h or 2h] = [fwd; bwd]`.
-  The input products of every step are done before the scan, and both
-  directions advance in the same scan step: the scan does only the
-  recurrent products.
   """
 
   def __init__(self, forward_cell: nnx.Module, backward_cell: nnx.Module | None = None):
@@ -212,34 +159,13 @@ class RecurrentEncoderLayer(nnx.Module):
 
   def __call__(self, inputs, lengths, zero_carry):
     """inputs `[B, S, D]`, lengths int `[B]` -> `(final carry, outputs [B, S, ·])`;
-    the final carry is a `(forward, backward)` pair when bidirectional. The
-    carry stops changing after each sentence's `lengths` steps."""
-    cells = [self.forward_cell]
-    flip = lambda x: flip_sequences(x, lengths, num_batch_dims=1, time_major=False)
-    projected = [project_input(self.forward_cell, inputs)]  # [B, S, G·h]
-    if self.backward_cell is not None:
-      cells.append(self.backward_cell)
-      projected.append(project_input(self.backward_cell, flip(inputs)))
-
-    def body(carries, xs):
-      xs_t, t = xs
-      keep = (t < lengths)[:, None]  # [B, 1]
-      new, outputs = [], []
-      for cell, carry, x_t in zip(cells, carries, xs_t):
-        step, y = recur(cell, carry, x_t)
-        new.append(jax.tree.map(lambda n, o: jnp.where(keep, n.astype(o.dtype), o), step,
-                                carry))
-        outputs.append(y)
-      return tuple(new), tuple(outputs)
-
-    steps = jnp.arange(inputs.shape[1])
-    finals, outputs = jax.lax.scan(
-        body, tuple(zero_carry for _ in cells),
-        (tuple(jnp.swapaxes(p, 0, 1) for p in projected), steps))
-    outputs = [jnp.swapaxes(y, 0, 1) for y in outputs]  # [B, S, h] each
+    the final carry is a `(forward, backward)` pair when bidirectional."""
+    final, outputs = _run_cell(self.forward_cell, inputs, lengths, zero_carry)
     if self.backward_cell is None:
-      return finals[0], outputs[0]
-    return finals, jnp.concatenate([outputs[0], flip(outputs[1])], axis=-1)
+      return final, outputs
+    flip = lambda x: flip_sequences(x, lengths, num_batch_dims=1, time_major=False)
+    final_b, outputs_b = _run_cell(self.backward_cell, flip(inputs), lengths, zero_carry)
+    return (final, final_b), jnp.concatenate([outputs, flip(outputs_b)], axis=-1)
 
 
 class Seq2Seq(nnx.Module):
@@ -361,53 +287,29 @@ class Seq2Seq(nnx.Module):
         score_offset=None if offset is None else offset[:, None, :])
     return context[:, 0], weights[:, 0], scores[:, 0]
 
-  def _embedding_inputs(self, embedded, keep=None):
-    """The first decoder cell's product of the token embeddings `[..., E]`
-    (dropout kept where `keep`, bool `[..., E]`, says), bias included:
-    `[..., G·h]`. Teacher-forced, every step's at once, before the scan."""
-    c = self.config
-    embedded = embedded.astype(c.dtype)
-    if keep is not None:
-      embedded = _dropped(embedded, keep, c.dropout)
-    return project_input(self.decoder_cells[0], embedded, rows=slice(0, c.embed_dim))
+  def _step(self, memory, carry, embedded, *, deterministic=True, key=None, offset=None):
+    """One decoder step: embedded `[B, E]` -> `(features [B, h], carry, (scores, weights))`.
 
-  def _step(self, memory, carry, embedding_inputs, *, feed_keep=None, keys=None, offset=None):
-    """One decoder step.
-
-    Args:
-      embedding_inputs: `[B, G·h]`, `_embedding_inputs` of this step's token.
-      feed_keep: bool `[B, F]`, the dropout mask of the rest of the first
-        cell's input (what `feed_dim` counts); None: no dropout.
-      keys: `[L - 1]` dropout keys of the cells above the first; None: none.
-      offset: `[B, S]` added to the attention's raw scores, or None.
-
-    Returns:
-      `(features [B, h], carry, (scores, weights))`: features go through
-      `self.output` to give the logits; scores / weights are `[B, S]` float32
-      (None without attention).
+    `features` go through `self.output` to give the logits; scores / weights
+    are `[B, S]` float32 (None without attention).
     """
     c = self.config
     cells = carry["cells"]
     top_hidden = lambda cell: cell[1] if c.cell == "lstm" else cell
-    scores = weights = feed = None
+    parts = [embedded.astype(c.dtype)]
+    scores = weights = None
     if c.decoder == "none_concat":
-      feed = memory["last"]
+      parts.append(memory["last"])
     elif c.decoder == "bahdanau":
-      feed, weights, scores = self._attend(memory, top_hidden(cells[-1]), offset)
+      context, weights, scores = self._attend(memory, top_hidden(cells[-1]), offset)
+      parts.append(context)
     elif "feed" in carry:
-      feed = carry["feed"]
-    inputs = embedding_inputs  # [B, G·h]
-    if feed is not None:
-      feed = feed.astype(c.dtype)
-      if feed_keep is not None:
-        feed = _dropped(feed, feed_keep, c.dropout)
-      inputs = inputs + project_input(self.decoder_cells[0], feed,
-                                      rows=slice(c.embed_dim, None), bias=False)
-    state, x = recur(self.decoder_cells[0], cells[0], inputs)  # x [B, h]
-    new_cells = [jax.tree.map(lambda s: s.astype(jnp.float32), state)]
-    upper = [None] * (len(cells) - 1) if keys is None else list(keys)
-    for cell, state, k in zip(self.decoder_cells[1:], cells[1:], upper):
-      x = self.dropout(x, deterministic=k is None, rngs=k)
+      parts.append(carry["feed"])
+    x = jnp.concatenate(parts, axis=-1)  # [B, E + feed]
+    new_cells = []
+    for cell, state, k in zip(self.decoder_cells, cells,
+                              common.split_key(key, len(self.decoder_cells))):
+      x = self.dropout(x, deterministic=deterministic, rngs=k)
       state, x = cell(state, x)  # x [B, h]
       new_cells.append(jax.tree.map(lambda s: s.astype(jnp.float32), state))
     new_carry = {"cells": tuple(new_cells)}
@@ -422,28 +324,6 @@ class Seq2Seq(nnx.Module):
       elif c.input_feeding == "attentional":
         new_carry["feed"] = attentional.astype(c.dtype)
     return features, new_carry, (scores, weights)
-
-  def _dropout_plan(self, key, batch: int, length: int):
-    """The decoder's dropout for `length` teacher-forced steps, drawn from `key`.
-
-    Step t's key is split into one per cell; the first cell's mask covers its
-    whole input `[embedding; feed]` (one draw, as `nnx.Dropout` on the
-    concatenation would make it), the cells above draw theirs in the scan.
-
-    Returns:
-      `(embedding_keep [T, B, E], feed_keep [T, B, F] or None, upper_keys
-      [T, L - 1] or None)`; all None when there is no dropout.
-    """
-    c = self.config
-    if key is None or c.dropout == 0.0:
-      return None, None, None
-    per_cell = jax.vmap(lambda k: jax.random.split(k, c.decoder_layers))(
-        jax.random.split(key, length))  # [T, L]
-    keep = jax.vmap(lambda k: jax.random.bernoulli(
-        k, 1.0 - c.dropout, (batch, c.embed_dim + c.feed_dim)))(per_cell[:, 0])  # [T, B, E+F]
-    feed_keep = keep[..., c.embed_dim:] if c.feed_dim else None
-    upper = per_cell[:, 1:] if c.decoder_layers > 1 else None
-    return keep[..., :c.embed_dim], feed_keep, upper
 
   def __call__(self, src: jax.Array, tgt_in: jax.Array, *, deterministic: bool = True,
                rngs=None, score_offset: jax.Array | None = None):
@@ -478,20 +358,19 @@ class Seq2Seq(nnx.Module):
     k_enc, k_dec = common.split_key(key, 2)
     memory, carry = self._start(self._encode(src, deterministic, k_enc))
 
-    embedding_keep, feed_keep, upper_keys = self._dropout_plan(k_dec, b, t)
-    embedding_inputs = self._embedding_inputs(
-        jnp.swapaxes(self.tgt_embed(tgt_in), 0, 1), embedding_keep)  # [T, B, G·h]
+    embedded = jnp.swapaxes(self.tgt_embed(tgt_in), 0, 1)  # [T, B, E]
     offsets = None if score_offset is None else jnp.swapaxes(
         jnp.asarray(score_offset, jnp.float32), 0, 1)  # [T, B, S]
+    step_keys = None if k_dec is None else jax.random.split(k_dec, t)  # [T] keys
 
     def body(carry, xs):
-      inputs_t, feed_keep_t, keys_t, offset_t = xs
+      emb_t, offset_t, key_t = xs
       features, carry, (scores, weights) = self._step(
-          memory, carry, inputs_t, feed_keep=feed_keep_t, keys=keys_t, offset=offset_t)
+          memory, carry, emb_t, deterministic=deterministic, key=key_t, offset=offset_t)
       return carry, (features, scores, weights)
 
     _, (features, scores, weights) = jax.lax.scan(
-        body, carry, (embedding_inputs, feed_keep, upper_keys, offsets))  # features [T, B, h]
+        body, carry, (embedded, offsets, step_keys))  # features [T, B, h]
     logits = self.output(jnp.swapaxes(features, 0, 1)).astype(jnp.float32)  # [B, T, V]
     if c.has_attention:
       aux = {"scores": jnp.swapaxes(scores, 0, 1),  # [B, T, S]
@@ -526,6 +405,5 @@ class Seq2Seq(nnx.Module):
       `(logits [B, V] float32, carry, weights [B, S] float32 or None)`.
     """
     del t
-    features, carry, (_, weights) = self._step(
-        memory, carry, self._embedding_inputs(self.tgt_embed(tokens)))
+    features, carry, (_, weights) = self._step(memory, carry, self.tgt_embed(tokens))
     return self.output(features).astype(jnp.float32), carry, weights

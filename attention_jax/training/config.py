@@ -83,7 +83,7 @@ class ExperimentConfig:
       "without attention)")
   dims: tuple[int, ...] = flag_field(
       (128, 256, 512, 1024), "attention dimensionalities a (size of W_1 h and W_2 s)")
-  seeds: int = flag_field(4, "runs per (arm, dim), trained together as one vmapped program")
+  seeds: int = flag_field(4, "runs per (arm, dim), trained together as one program")
   additive_max_dim: int = flag_field(
       0, "largest dimension at which the additive arm runs (0 = all of --dims): per "
       "query it evaluates a tanh of a values for every key")
@@ -139,7 +139,7 @@ class ExperimentConfig:
   log_every: int = flag_field(100, "steps between progress lines")
   max_minutes: float = flag_field(
       0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit")
-  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one single-threaded process each")
+  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one process on one core each")
 
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)

@@ -18,8 +18,8 @@ and of `benchmark.jsonl` carries, under the key `provenance`:
                (`model name` of /proc/cpuinfo), which is what decides the digits
   command      the command line of the process, `python -m module flags...`
   xla_flags    the XLA_FLAGS the process ran under ("" if none): XLA:CPU's
-               thread count changes the digits too (`--workers` processes run
-               single-threaded, `--workers=1` trains in the driver on every core)
+               thread count can change the digits (`--workers` processes run
+               on one core each, `--workers=1` trains in the driver on every core)
 
 The fields are gathered once per process (`fields`); `record` and the parsers
 are pure. They are not part of a run's settings: a workdir made before they

@@ -123,7 +123,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   `axes` (`config.parse_axis` results) make it a grid: one workdir per point
   under `workdir` (`rundir`). With `cfg.workers > 1` the unfinished
   (point, arm, dim) runs are trained that many at a time, each in its own
-  single-threaded process (largest dimension first, so the longest runs
+  process on one core (largest dimension first, so the longest runs
   start first); otherwise one after another here. A run whose parameters
   and optimiser state alone cannot fit in memory is refused before the
   workdir is made (`memory.check_memory`).

@@ -1,8 +1,9 @@
 """Training of one (arm, dim) configuration for several seeds.
 
 The seeds of a configuration form an *ensemble axis* E: their parameters and
-optimiser states are stacked and every step is one `jax.vmap`-ed, jit-compiled
-program, so N seeds cost one compilation and one dispatch per step. All
+optimiser states are stacked and every step is one jit-compiled program over
+them (`members.over_members`: vmapped on accelerators, the members in turn on
+CPU), so N seeds cost one compilation and one dispatch per step. All
 members see the same batches; they differ in initialisation and dropout.
 
 What training carries from step to step is one pytree, `TrainState`; the
@@ -35,6 +36,7 @@ from attention_jax.training import board as board_lib
 from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
 from attention_jax.training import evaluation
+from attention_jax.training import members as members_lib
 from attention_jax.training import multihost
 from attention_jax.training import periodic
 from attention_jax.training import rundir
@@ -155,7 +157,7 @@ class EnsembleTrainer:
       return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
 
     def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
-      return jax.vmap(member, in_axes=(0, 0, 0, 0, None, None, None, None))(
+      return members_lib.over_members(member, (0, 0, 0, 0, None, None, None, None))(
           params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
 
     return jax.jit(step_fn, donate_argnums=(0, 2))
@@ -192,7 +194,7 @@ class EnsembleTrainer:
         stats.update(diagnostics.qk_norm_gains(params))
       return stats
 
-    return jax.jit(jax.vmap(member, in_axes=(0, 0, None, None, None)))
+    return jax.jit(members_lib.over_members(member, (0, 0, None, None, None)))
 
   # --- steps ----------------------------------------------------------------
 

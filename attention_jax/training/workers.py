@@ -1,4 +1,4 @@
-"""`--workers`: a sweep's runs trained in parallel, one single-threaded process each.
+"""`--workers`: a sweep's runs trained in parallel, one process per core.
 
 The driver hands out jobs (anything with `config`, `run` and `arm`, e.g.
 `sweep.Job`) and a training function; each process loads a job's dataset
@@ -16,23 +16,48 @@ from attention_jax.training import datasets
 from attention_jax.training import interrupts
 from attention_jax.training import provenance
 
-# Flags that make XLA:CPU run each worker's programs on one thread: on 2 cores
-# two single-threaded processes trained 14.6k target tokens/s together, one
-# process with 2 threads 11.2k (one seed) and 8.7k (two vmapped seeds)
-# (quick model, additive a = 128).
+# Flags meant to make XLA:CPU run a process's programs on one thread. With jax
+# 0.10.2 they do not: a 2048^2 float32 matmul still keeps 2 cores busy
+# (process CPU time / wall time 1.95 with them, 1.97 without; 318 and 337
+# GFLOP/s, 2-core Xeon). Kept in the environment of a worker for older
+# versions; what makes it use one core is `use_one_core`.
 ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+
+def use_one_core(core: int | None = None) -> int | None:
+  """Restricts this process to one core (`core`, default the first it may
+  use) and sets `ONE_THREAD_XLA_FLAGS`; None where affinity is not supported
+  (not Linux). Must run before JAX starts its CPU client, whose thread pools
+  are sized from the cores the process may use: pinned, a 2048^2 float32
+  matmul ran at 169 GFLOP/s on one core (CPU time / wall 1.0)."""
+  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
+                             ONE_THREAD_XLA_FLAGS).strip()
+  try:
+    allowed = sorted(os.sched_getaffinity(0))
+  except AttributeError:
+    return None
+  core = allowed[0] if core is None else core
+  os.sched_setaffinity(0, {core})
+  return core
+
 
 # A worker's datasets: one at a time.
 _DATASETS = datasets.Datasets(limit=1)
 
 
-def _worker_init(parent_pid: int, stop) -> None:
-  """Set-up of a `--workers` process: single-threaded XLA, dies with the
-  driver, and stops its run as the driver is asked to (`interrupts.watch`
-  of the `stop` event)."""
+def _worker_init(parent_pid: int, stop, counter) -> None:
+  """Set-up of a `--workers` process: on a core of its own (the `counter`-th
+  the driver may use, round robin), dies with the driver, and stops its run
+  as the driver is asked to (`interrupts.watch` of the `stop` event)."""
   interrupts.watch(stop)
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
-                             ONE_THREAD_XLA_FLAGS).strip()
+  with counter.get_lock():
+    index = counter.value
+    counter.value += 1
+  try:
+    allowed = sorted(os.sched_getaffinity(0))
+    use_one_core(allowed[index % len(allowed)])
+  except AttributeError:  # not Linux
+    use_one_core()
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
     import ctypes  # pylint: disable=g-import-not-at-top
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -65,10 +90,11 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   import multiprocessing  # pylint: disable=g-import-not-at-top
   ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
   stop = ctx.Event()
+  counter = ctx.Value("i", 0)  # which core the next worker takes
   interrupts.share(stop)
   finished, interrupted = True, False
   with ctx.Pool(min(workers, len(jobs)), initializer=_worker_init,
-                initargs=(os.getpid(), stop)) as pool:
+                initargs=(os.getpid(), stop, counter)) as pool:
     tasks = [(job, pool.apply_async(_worker_task, (train, job, deadline))) for job in jobs]
     for job, task in tasks:
       try:

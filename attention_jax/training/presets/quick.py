@@ -7,7 +7,7 @@ encoder-decoder of width 128 with Luong attention, the three Britz arms at
 a = 128 and 1024, 2 seeds as one vmapped program; Adam at lr 1e-3 after 100
 warm-up steps, 3,500 steps of 64 pairs; greedy validation BLEU on 200 verses
 every 250 steps, beam 4 on 500 test verses with the best parameters. Two
-(arm, dim) pairs train at once, one single-threaded process each.
+(arm, dim) pairs train at once, one process on one core each.
 
 Time: 138 min on the 2-core Intel Xeon (clean run of commit fa7146e); one GPU:
 not run. Expected (results/quick_cpu, test BLEU mean over 2 seeds):

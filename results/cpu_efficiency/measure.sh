@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The quick RNN's training step against the machine's matmul peak, before and after.
+#
+#   bash results/cpu_efficiency/measure.sh BEFORE AFTER     # e.g. da94428 HEAD
+#
+# Checks both commits out into a temporary folder; the measuring code
+# (experiments/cpu_efficiency.py and what it imports that BEFORE lacks) is
+# AFTER's in both trees, so only the model and the trainer differ. Run it on an
+# idle machine (nothing else busy): it takes about 10 minutes on 2 cores.
+#  1. one process on core 0, each commit in turn: 4 cells x 1 and 2 seeds;
+#  2. two processes at once, as `--workers=2` trains: BEFORE's processes on
+#     every core (its workers asked XLA for one thread, which jax 0.10.2's
+#     matmuls ignore), AFTER's on one core each; 2 seeds, two cells.
+# Appends to results/cpu_efficiency/{one_core,two_workers}_{before,after}.jsonl.
+set -euo pipefail
+before=$(git rev-parse --short "${1:?BEFORE commit}")
+after=$(git rev-parse --short "${2:?AFTER commit}")
+root=$(git rev-parse --show-toplevel)
+out=$root/results/cpu_efficiency
+py=$root/.venv/bin/python
+tmp=$(mktemp -d)
+trap 'git -C "$root" worktree remove --force "$tmp/before" >/dev/null 2>&1 || true;
+      git -C "$root" worktree remove --force "$tmp/after" >/dev/null 2>&1 || true; rm -rf "$tmp"' EXIT
+git -C "$root" worktree add -f --detach "$tmp/before" "$before" >/dev/null
+git -C "$root" worktree add -f --detach "$tmp/after" "$after" >/dev/null
+for f in attention_jax/flops.py attention_jax/benchmarking.py attention_jax/training/workers.py \
+         experiments/cpu_efficiency.py; do
+  git -C "$root" show "$after:$f" > "$tmp/before/$f"
+done
+measure() {  # TREE LABEL FLAGS...
+  local tree=$1 label=$2; shift 2
+  (cd "$tmp/$tree" && PYTHONPATH=. "$py" -m experiments.cpu_efficiency "$@" 2>/dev/null)
+}
+for tree in before after; do
+  commit=$([ $tree = before ] && echo "$before" || echo "$after")
+  echo "== one core, $tree ($commit)"
+  measure $tree $tree --core=0 --batches=10 --out="$out/one_core_${tree}.jsonl"
+done
+cells=multiplicative:128,additive:1024
+echo "== two processes at once, before ($before): every core each"
+measure before before --threads=0 --cells=$cells --seeds=2 --batches=10 \
+  --out="$out/two_workers_before.jsonl" > "$tmp/b0.txt" &
+measure before before --threads=0 --cells=$cells --seeds=2 --batches=10 \
+  --out="$out/two_workers_before.jsonl.2" > "$tmp/b1.txt"
+wait
+echo "== two processes at once, after ($after): one core each"
+measure after after --core=0 --cells=$cells --seeds=2 --batches=10 \
+  --out="$out/two_workers_after.jsonl" > "$tmp/a0.txt" &
+measure after after --core=1 --cells=$cells --seeds=2 --batches=10 \
+  --out="$out/two_workers_after.jsonl.2" > "$tmp/a1.txt"
+wait
+for f in before after; do  # one file per setting; the two processes' rows one after the other
+  cat "$out/two_workers_$f.jsonl.2" >> "$out/two_workers_$f.jsonl" && rm "$out/two_workers_$f.jsonl.2"
+done
+cat "$tmp"/b0.txt "$tmp"/b1.txt "$tmp"/a0.txt "$tmp"/a1.txt
