@@ -37,19 +37,17 @@ for tree in before after; do
   measure $tree $tree --core=0 --batches=10 --out="$out/one_core_${tree}.jsonl"
 done
 cells=multiplicative:128,additive:1024
+pair() {  # TREE FLAG_OF_PROCESS_0 FLAG_OF_PROCESS_1: two processes at once
+  local tree=$1 common="--cells=$cells --seeds=2 --batches=10"
+  measure "$tree" "$tree" "$2" $common --out="$out/two_workers_$tree.jsonl" > "$tmp/${tree}0.txt" &
+  measure "$tree" "$tree" "$3" $common --out="$out/two_workers_$tree.jsonl.2" > "$tmp/${tree}1.txt"
+  wait
+}
 echo "== two processes at once, before ($before): every core each"
-measure before before --threads=0 --cells=$cells --seeds=2 --batches=10 \
-  --out="$out/two_workers_before.jsonl" > "$tmp/b0.txt" &
-measure before before --threads=0 --cells=$cells --seeds=2 --batches=10 \
-  --out="$out/two_workers_before.jsonl.2" > "$tmp/b1.txt"
-wait
+pair before --threads=0 --threads=0
 echo "== two processes at once, after ($after): one core each"
-measure after after --core=0 --cells=$cells --seeds=2 --batches=10 \
-  --out="$out/two_workers_after.jsonl" > "$tmp/a0.txt" &
-measure after after --core=1 --cells=$cells --seeds=2 --batches=10 \
-  --out="$out/two_workers_after.jsonl.2" > "$tmp/a1.txt"
-wait
+pair after --core=0 --core=1
 for f in before after; do  # one file per setting; the two processes' rows one after the other
   cat "$out/two_workers_$f.jsonl.2" >> "$out/two_workers_$f.jsonl" && rm "$out/two_workers_$f.jsonl.2"
 done
-cat "$tmp"/b0.txt "$tmp"/b1.txt "$tmp"/a0.txt "$tmp"/a1.txt
+cat "$tmp"/before0.txt "$tmp"/before1.txt "$tmp"/after0.txt "$tmp"/after1.txt
