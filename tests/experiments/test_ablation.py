@@ -230,6 +230,7 @@ def test_ctrl_c_stops_every_worker_after_its_step_and_a_rerun_resumes_them(tmp_p
   assert len(_rows(workdir)) == 4
 
 
+@pytest.mark.slow  # about 90 s on 2 cores: in `make test-all`, out of the 10-minute default suite
 def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
   """A larger --steps on a finished run (constant schedule) continues it from
   its last checkpoint to the numbers a run of that length from scratch gives;

@@ -57,6 +57,7 @@ def test_bad_flags_exit_with_one_line_before_any_work(args, named):
   assert "matmul" not in out.stdout
 
 
+@pytest.mark.slow  # a whole measurement (compiles and times a step): kept out of the default suite
 def test_a_smoke_cell_reports_its_share_of_the_peak(tmp_path):
   path = tmp_path / "rows.jsonl"
   out = subprocess.run(

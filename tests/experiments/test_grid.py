@@ -85,6 +85,7 @@ def _rows(path):
     return [json.loads(line) for line in f]
 
 
+@pytest.mark.slow  # about 90 s on 2 cores: in `make test-all`, out of the 10-minute default suite
 def test_a_grid_resumes_and_skips_per_point_and_pivots_its_tables(tmp_path):
   grid = str(tmp_path / "grid")
   # One point made beforehand by a plain run into its folder: the grid skips it.
