@@ -105,23 +105,16 @@ def hand_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   return 3 * fwd
 
 
-def _parse_ints(name: str, text: str) -> tuple[int, ...]:
-  try:
-    values = tuple(int(x) for x in text.split(",") if x.strip())
-  except ValueError:
-    values = ()
-  if not values or min(values) < 1:
-    raise ValueError(f"`--{name}` must be comma-separated positive integers, got {text!r}.")
-  return values
-
-
 def _check_flags():
   """Every flag checked before any work: (cells, seed counts); exits with one line."""
+  from experiments import common  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import calibration  # pylint: disable=g-import-not-at-top
   from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
   try:
     cells = calibration.parse_cells(FLAGS.cells)
-    seeds = _parse_ints("seeds", FLAGS.seeds)
+    seeds = common.parse_list("seeds", FLAGS.seeds, int)
+    if min(seeds) < 1:
+      raise ValueError(f"`--seeds` must be positive seed counts, got {FLAGS.seeds!r}.")
     if FLAGS.batches < 1:
       raise ValueError(f"`--batches` must be >= 1, got {FLAGS.batches}.")
     if FLAGS.threads not in (0, 1):

@@ -24,10 +24,10 @@ from attention_jax.training import provenance
 ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
 
 
-def use_one_core(core: int | None = None) -> int | None:
-  """Restricts this process to one core (`core`, default the first it may
-  use) and sets `ONE_THREAD_XLA_FLAGS`; None where affinity is not supported
-  (not Linux). Must run before JAX starts its CPU client, whose thread pools
+def use_one_core(core: int | None = None, *, index: int = 0) -> int | None:
+  """Restricts this process to one core and sets `ONE_THREAD_XLA_FLAGS`:
+  `core`, or else the `index`-th of the cores it may use (round robin).
+  Returns the core; None where affinity is not supported (not Linux). Must run before JAX starts its CPU client, whose thread pools
   are sized from the cores the process may use: pinned, a 2048^2 float32
   matmul ran at 169 GFLOP/s on one core (CPU time / wall 1.0)."""
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " +
@@ -36,7 +36,7 @@ def use_one_core(core: int | None = None) -> int | None:
     allowed = sorted(os.sched_getaffinity(0))
   except AttributeError:
     return None
-  core = allowed[0] if core is None else core
+  core = allowed[index % len(allowed)] if core is None else core
   os.sched_setaffinity(0, {core})
   return core
 
@@ -53,11 +53,7 @@ def _worker_init(parent_pid: int, stop, counter) -> None:
   with counter.get_lock():
     index = counter.value
     counter.value += 1
-  try:
-    allowed = sorted(os.sched_getaffinity(0))
-    use_one_core(allowed[index % len(allowed)])
-  except AttributeError:  # not Linux
-    use_one_core()
+  use_one_core(index=index)
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
     import ctypes  # pylint: disable=g-import-not-at-top
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
