@@ -51,6 +51,20 @@ SCORES = registry.LAYER_SCORES
 GLOROT = score_kinds.GLOROT
 
 
+def dense(layer: nnx.Linear, x: jax.Array) -> jax.Array:
+  """`layer(x)` over the last axis of `x [..., in]` as one 2-D product
+  `[N, in] @ [in, out]`, reshaped back to `[..., out]`; the same numbers.
+
+  Why: with a batch of leading axes, the kernel's gradient contracts over all
+  of them, and XLA:CPU (jax 0.10.2) then transposes the output gradient and
+  takes a slow matrix-product path: the quick RNN's output layer
+  ([64, 32, 128] @ [128, 2000], log-softmax loss, forward and backward) takes
+  107 ms that way and 27 ms flattened, on one core of the 2-core Xeon
+  (results/cpu_efficiency/README.md, "Where the time goes")."""
+  lead = x.shape[:-1]
+  return layer(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
+
+
 def check_score(score: str, field: str = "score") -> str:
   """Raises a ValueError naming `field` unless `score` is in `SCORES`."""
   return registry.get(score, field).name
@@ -157,7 +171,7 @@ class Attention(nnx.Module):
     """Key-side work done once per sentence: `[B, S, dk]` -> `[B, S, a]`
     (projected keys) for additive / multiplicative scores, else `keys` as is."""
     if self.projected:
-      return self.key_proj(keys)  # [B, S, a]
+      return dense(self.key_proj, keys)  # [B, S, a]
     return keys
 
   def scores(self, query: jax.Array, prepared: jax.Array) -> jax.Array:
@@ -165,7 +179,7 @@ class Attention(nnx.Module):
     -> `[B, Tq, S]`. A projected score is computed in the projections' dtype,
     the others in the layer's `dtype` (default: the inputs' promoted dtype)."""
     if self.projected:
-      query = self.query_proj(query)  # [B, Tq, a]
+      query = dense(self.query_proj, query)  # [B, Tq, a]
       dtype = query.dtype
     else:
       dtype = self.dtype or jnp.result_type(query, prepared)

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from attention_jax.training import config as config_lib
+from attention_jax.training import host_memory
 from attention_jax.training import interrupts
 
 FLAGS = flags.FLAGS
@@ -194,6 +195,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   interrupts.install()  # SIGTERM, Ctrl-C: checkpoint after the step, exit 143 / 130
+  host_memory.keep_freed_memory()  # before JAX's CPU client starts (its docstring says why)
   cfg, axes = build_config(extra, sweep)
   from attention_jax.training import sweep  # heavy imports only after the checks
 

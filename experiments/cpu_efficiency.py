@@ -187,6 +187,8 @@ def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg, cells, seed_counts = _check_flags()
+  from attention_jax.training import host_memory  # pylint: disable=g-import-not-at-top
+  host_memory.keep_freed_memory()  # as the trainer's drivers do, before JAX starts
   if FLAGS.threads == 1:  # before the first jax call below starts the CPU client
     from attention_jax.training import workers  # pylint: disable=g-import-not-at-top
     workers.use_one_core(FLAGS.core)

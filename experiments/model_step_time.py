@@ -25,6 +25,7 @@ import optax
 from flax import nnx
 
 from attention_jax import models
+from attention_jax.training import host_memory
 from attention_jax.training import steps
 
 FLAGS = flags.FLAGS
@@ -76,6 +77,7 @@ def time_step(model, batch: int, length: int, vocab: int, repeats: int):
 
 def main(argv):
   del argv
+  host_memory.keep_freed_memory()  # as the trainer's drivers do, before JAX starts
   dtype = jnp.bfloat16 if FLAGS.dtype == "bfloat16" else jnp.float32
   names = ["rnn", "transformer"] if FLAGS.model == "both" else [FLAGS.model]
   print(f"device: {jax.devices()[0].device_kind} x{jax.device_count()} "

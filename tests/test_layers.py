@@ -356,3 +356,11 @@ def test_qk_norm_starts_g_at_henrys_value_and_learns_it():
   x = jax.random.normal(jax.random.key(0), (2, 5, 16))
   grads = nnx.grad(lambda m: jnp.sum(m(x)[0] ** 2))(mha)
   assert float(jnp.abs(grads.g[...])) > 0.0
+
+
+def test_dense_is_the_linear_layer_over_the_last_axis():
+  layer = nnx.Linear(6, 4, rngs=nnx.Rngs(0))
+  x = jax.random.normal(jax.random.key(1), (3, 5, 2, 6))
+  y = layers.dense(layer, x)
+  assert y.shape == (3, 5, 2, 4)
+  np.testing.assert_allclose(y, layer(x), rtol=1e-6, atol=1e-6)

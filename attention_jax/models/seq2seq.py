@@ -35,7 +35,7 @@ from flax.nnx.nn.recurrent import flip_sequences
 
 from attention_jax import masks
 from attention_jax import registry
-from attention_jax.layers import GLOROT, SCORES, Attention, dropout_key
+from attention_jax.layers import GLOROT, SCORES, Attention, dense, dropout_key
 from attention_jax.models import common
 
 __all__ = ["Seq2SeqConfig", "Seq2Seq", "RecurrentEncoderLayer", "DECODERS", "CELLS",
@@ -371,7 +371,7 @@ class Seq2Seq(nnx.Module):
 
     _, (features, scores, weights) = jax.lax.scan(
         body, carry, (embedded, offsets, step_keys))  # features [T, B, h]
-    logits = self.output(jnp.swapaxes(features, 0, 1)).astype(jnp.float32)  # [B, T, V]
+    logits = dense(self.output, jnp.swapaxes(features, 0, 1)).astype(jnp.float32)  # [B, T, V]
     if c.has_attention:
       aux = {"scores": jnp.swapaxes(scores, 0, 1),  # [B, T, S]
              "weights": jnp.swapaxes(weights, 0, 1),  # [B, T, S]

@@ -13,6 +13,7 @@ import signal
 from typing import Callable, Sequence
 
 from attention_jax.training import datasets
+from attention_jax.training import host_memory
 from attention_jax.training import interrupts
 from attention_jax.training import provenance
 
@@ -54,6 +55,7 @@ def _worker_init(parent_pid: int, stop, counter) -> None:
     index = counter.value
     counter.value += 1
   use_one_core(index=index)
+  host_memory.keep_freed_memory()  # before the worker's JAX starts, as the driver does
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
     import ctypes  # pylint: disable=g-import-not-at-top
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
