@@ -895,7 +895,7 @@ def _on_device(args, device):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), args)
 
 
-def _cpu_cost_analysis(module_text: str) -> dict:
+def cpu_cost_analysis(module_text: str) -> dict:
   """XLA's HLO cost analysis of a module text, run by the CPU client (the
   CUDA plugin's compiled programs report none)."""
   import jaxlib._hlo as hlo  # pylint: disable=g-import-not-at-top
@@ -937,7 +937,7 @@ def compile_case(case: Case, target: Target, device) -> dict:
   row["fused_attention"] = fused_attention_kernel(text)
   try:
     modules = compiled.runtime_executable().hlo_modules()
-    cost = loop_aware_cost(modules[0].to_string(), _cpu_cost_analysis)
+    cost = loop_aware_cost(modules[0].to_string(), cpu_cost_analysis)
   except Exception as e:  # pylint: disable=broad-except
     row["cost_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     return row

@@ -17,20 +17,34 @@ measures:
    that many among the first 50 x `--batches` (64 pairs x 32 tokens in the
    quick preset: one shape, one compilation): one untimed pass
    warms up, a second is timed step by step (each step waits for its loss, as
-   the trainer does). FLOPs of a step are counted three ways:
+   the trainer does). FLOPs of a step are counted four ways:
 
    - `flops`: from the step's jaxpr (`attention_jax.flops`, loops times their
      trip counts, backward and recomputation included): the figure used;
    - `hand_matmul`: the model's matrix products counted by hand
      (`hand_matmul_flops`, three times the forward for forward + backward):
      a check of the above;
-   - `xla_flops`: XLA's `cost_analysis` of the compiled step, which counts
-     each loop body once, shown to say why it cannot be used.
+   - `xla_loop_aware_flops`: XLA's cost analysis of the compiled step with
+     each loop body counted trip-count times (`compile_check.loop_aware_cost`):
+     the compiler's check of the jaxpr's total (9.71 against 9.49 GFLOP per
+     quick step at a = 128; XLA counts elementwise work its own way);
+   - `xla_flops`: XLA's `cost_analysis` as it is, which counts each loop body
+     once (3.83), shown to say why it cannot be used.
 
    Reported: matmul FLOP/s achieved (the jaxpr's matrix-product FLOPs over the
    measured seconds; the elementwise rest, counted roughly, is in the row as
    `flops` but not in the share), its share of the peak, and target tokens/s
    (non-pad target tokens of every member).
+
+3. **Where the time goes** (`--profile=DIR`): the step is compiled again with
+   XLA:CPU's per-thunk trace marks, the `--batches` steps run under
+   `jax.profiler.trace` (files in DIR/ARM_DIM_seedsN/, with the compiled HLO),
+   and each thunk's time is attributed to the part of the model its op comes
+   from (the model's and train step's `jax.named_scope`s: encoder, decoder,
+   output layer, loss, optimizer; dropout masks by their random-bit ops) and
+   to forward or backward (`breakdown`). XLA fuses the output layer's product
+   into the softmax's max, so the output layer's forward product shows up in
+   `loss`. The trace marks slow a step down by about 5%.
 
 Writes one JSON row per cell and seed count, and one for the peak, to `--out`
 (appended, each row stamped with its provenance), and prints a table.
@@ -64,7 +78,13 @@ def define_flags() -> None:
   flags.DEFINE_integer("core", None, "With --threads=1: the core to run on (default: the "
                        "first this process may use).")
   flags.DEFINE_integer("repeats", 7, "Timed calls per matmul shape of the peak.")
+  flags.DEFINE_bool("keep_freed_memory", True, "Set glibc malloc as the trainer's drivers do "
+                    "(training/host_memory.py); false measures the allocator's defaults, as "
+                    "code before that change ran.")
   flags.DEFINE_string("out", None, "JSON-lines file the rows are appended to (optional).")
+  flags.DEFINE_string("profile", None, "Folder: also trace the timed steps of each cell with "
+                      "jax.profiler (and write the compiled HLO) there, and report where the "
+                      "time goes (module docstring, 3).")
 
 def hand_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   """Matrix-product FLOPs of one forward + backward pass of a GRU/LSTM Seq2Seq.
@@ -105,6 +125,93 @@ def hand_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   return 3 * fwd
 
 
+# Where a traced step's time goes: each thunk XLA:CPU ran, by the part of the
+# model its op belongs to (the `jax.named_scope`s of the model and the train
+# step in its HLO metadata) and by direction (forward, or backward: the op
+# comes from a `transpose(...)` of autodiff). Checked in this order.
+PARTS = (("dropout masks", ("_bernoulli", "_uniform", "threefry", "random_bits")),
+         ("optimizer", ("(optimizer)", "/optimizer/")), ("loss", ("(loss)", "/loss/")),
+         ("output layer", ("(output)", "/output/")), ("decoder", ("(decoder)", "/decoder/")),
+         ("encoder", ("(encoder)", "/encoder/")))
+
+
+def hlo_op_names(hlo_text: str) -> dict:
+  """Instruction name -> `op_name` of its metadata, from a compiled module's text."""
+  import re  # pylint: disable=g-import-not-at-top
+  found = re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]*)"',
+                      hlo_text, re.M)
+  return {m.group(1): m.group(2) for m in found}
+
+
+def part_of(op_name: str) -> tuple[str, str]:
+  """`(part, direction)` of an op: PARTS' name or "other", "forward" / "backward"."""
+  direction = "backward" if "transpose(" in op_name else "forward"
+  for part, keys in PARTS:
+    if any(k in op_name for k in keys):
+      return part, direction
+  return "other", direction
+
+
+def thunk_times(events) -> list:
+  """`(start_ns, duration_ns, name)` of each thunk run on one thread, loops excluded.
+
+  XLA:CPU's trace (`--xla_cpu_enable_xprof_traceme`) marks a thunk by an
+  event named after it, lasting as long as the thunk, and one named
+  "end: <name>". A loop's own event does not always cover its body's thunks
+  (the forward scans' events end before their bodies run), so a loop's time
+  is that of the thunks of its body, each attributed by its own op name."""
+  return sorted((start, dur, name) for start, dur, name in events
+                if not name.startswith(("end: ", "ThunkExecutor", "while")))
+
+
+def breakdown(xspace_path: str, hlo_text: str, steps: int, step_seconds: float) -> list:
+  """Rows of where a traced step's time goes (module docstring, 3), per step:
+  for each part and direction the milliseconds of its thunks, of them in loop
+  bodies and in matrix products, and its thunks per step; then the time
+  between thunks (thunk dispatch, loop control, the host)."""
+  import collections  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
+  names = hlo_op_names(hlo_text)
+  data = jax.profiler.ProfileData.from_file(xspace_path)
+  acc = collections.defaultdict(collections.Counter)
+  for plane in data.planes:
+    for line in plane.lines:
+      if not line.name.startswith("tf_XLA"):
+        continue
+      for _, dur, name in thunk_times((e.start_ns, e.duration_ns, e.name)
+                                      for e in line.events):
+        op = names.get(name, "")
+        c = acc[part_of(op)]
+        c["ms"] += dur / 1e6
+        c["thunks"] += 1
+        if "/while/body" in op:
+          c["loop_ms"] += dur / 1e6
+          c["loop_thunks"] += 1
+        if name.startswith("dot") or "dot_general" in op:
+          c["matmul_ms"] += dur / 1e6
+  busy = sum(c["ms"] for c in acc.values()) / steps
+  rows = [{"part": part, "direction": direction, "ms": c["ms"] / steps,
+           "loop_ms": c["loop_ms"] / steps, "matmul_ms": c["matmul_ms"] / steps,
+           "thunks": c["thunks"] / steps, "loop_thunks": c["loop_thunks"] / steps}
+          for (part, direction), c in sorted(acc.items(), key=lambda kv: -kv[1]["ms"])]
+  rows.append({"part": "between thunks", "direction": "-",
+               "ms": max(0.0, step_seconds * 1e3 - busy), "loop_ms": 0.0, "matmul_ms": 0.0,
+               "thunks": 0.0, "loop_thunks": 0.0})
+  return rows
+
+
+def profile_table(parts: list) -> str:
+  """`breakdown`'s rows as a markdown table, with each part's share of the traced step."""
+  step_ms = sum(r["ms"] for r in parts)
+  lines = ["| part | direction | ms/step | share | in loop bodies ms | matmul ms | thunks/step "
+           "(of them in loop bodies) |", "|---|---|---|---|---|---|---|"]
+  for r in parts:
+    lines.append(f"| {r['part']} | {r['direction']} | {r['ms']:.1f} | "
+                 f"{r['ms'] / step_ms:.0%} | {r['loop_ms']:.1f} | "
+                 f"{r['matmul_ms']:.1f} | {r['thunks']:.0f} ({r['loop_thunks']:.0f}) |")
+  return "\n".join(lines)
+
+
 def _check_flags():
   """Every flag checked before any work: (cells, seed counts); exits with one line."""
   from experiments import common  # pylint: disable=g-import-not-at-top
@@ -135,8 +242,10 @@ def _check_flags():
 def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   """One cell at one seed count (module docstring, 2)."""
   import dataclasses  # pylint: disable=g-import-not-at-top
+  import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
   from attention_jax import flops as flops_lib  # pylint: disable=g-import-not-at-top
+  from experiments import compile_check  # pylint: disable=g-import-not-at-top
   from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
@@ -153,10 +262,13 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   params, opt_state = trainer.state.params, trainer.state.opt_state
   args = lambda i, b: (params, trainer.rest, opt_state, np.int32(i), *b)
   step_fn = trainer._train_step  # pylint: disable=protected-access
-  counted = flops_lib.count(step_fn, *args(0, batches[0]))
-  compiled = step_fn.lower(*args(0, batches[0])).compile()
+  traced_step = step_fn.trace(*args(0, batches[0]))  # traced once: counted and compiled
+  counted = flops_lib.count_jaxpr(traced_step.jaxpr.jaxpr)
+  compiled = traced_step.lower().compile()
   xla = compiled.cost_analysis()
   xla = float((xla[0] if isinstance(xla, (list, tuple)) else xla).get("flops", 0.0))
+  xla_loops = compile_check.loop_aware_cost(compiled.as_text(),
+                                            compile_check.cpu_cost_analysis)["flops"]
   src, tgt_in = batches[0][0], batches[0][1]
   try:
     hand = seeds * hand_matmul_flops(trainer.model_config, src.shape[0], src.shape[1],
@@ -173,12 +285,35 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   tokens = seeds * sum(int(np.sum(np.asarray(b[2]) != data.tokenizer.pad_id)) for b in batches)
   seconds = sum(times)
   n = len(times)
+  parts = None
+  if FLAGS.profile:
+    traced = step_fn.lower(*args(0, batches[0])).compile(
+        compiler_options={"xla_cpu_enable_xprof_traceme": True})
+    folder = os.path.join(FLAGS.profile, f"{arm}_{dim}_seeds{seeds}")
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "step.hlo.txt"), "w", encoding="utf-8") as f:
+      f.write(traced.as_text())
+    for i, batch in enumerate(batches):  # warm-up of the traced program
+      params, opt_state, loss = traced(*args(i, batch))
+    np.asarray(loss)
+    traced_times = []
+    with jax.profiler.trace(folder):
+      for i, batch in enumerate(batches):
+        start = time.perf_counter()
+        params, opt_state, loss = traced(*args(i, batch))
+        np.asarray(loss)
+        traced_times.append(time.perf_counter() - start)
+    import glob  # pylint: disable=g-import-not-at-top
+    xspace = sorted(glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True))[-1]
+    parts = breakdown(xspace, traced.as_text(), n, sum(traced_times) / n)
   return {"kind": "step", "preset": FLAGS.preset, "arm": arm, "dim": dim, "seeds": seeds,
+          "profile": parts,
           "batches": n, "batch_size": int(src.shape[0]), "length": int(src.shape[1]),
           "seconds": seconds, "step_median_s": statistics.median(times),
           "flops": n * counted.total, "matmul_flops": n * counted.matmul,
           "hand_matmul_flops": None if hand is None else n * hand,
-          "xla_flops": n * xla, "flops_per_s": n * counted.total / seconds,
+          "xla_flops": n * xla, "xla_loop_aware_flops": n * xla_loops,
+          "flops_per_s": n * counted.total / seconds,
           "matmul_flops_per_s": n * counted.matmul / seconds,
           "target_tokens_per_s": tokens / seconds}
 
@@ -188,7 +323,8 @@ def main(argv):
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg, cells, seed_counts = _check_flags()
   from attention_jax.training import host_memory  # pylint: disable=g-import-not-at-top
-  host_memory.keep_freed_memory()  # as the trainer's drivers do, before JAX starts
+  if FLAGS.keep_freed_memory:
+    host_memory.keep_freed_memory()  # as the trainer's drivers do, before JAX starts
   if FLAGS.threads == 1:  # before the first jax call below starts the CPU client
     from attention_jax.training import workers  # pylint: disable=g-import-not-at-top
     workers.use_one_core(FLAGS.core)
@@ -209,7 +345,7 @@ def main(argv):
     print(f"  matmul {shape}: {rate / 1e9:7.1f} GFLOP/s")
   data = datasets.load_data(cfg)
   print(f"| cell | seeds | step ms | matmul GFLOP/step (jaxpr / by hand) | all GFLOP/step "
-        f"(jaxpr / XLA) | matmul GFLOP/s | "
+        f"(jaxpr / XLA with loops / XLA body once) | matmul GFLOP/s | "
         f"share of peak {peak / 1e9:.0f} | target tokens/s |")
   print("|---|---|---|---|---|---|---|---|")
   for arm, dim in cells:
@@ -221,9 +357,12 @@ def main(argv):
       per = lambda x: "-" if x is None else f"{x / FLAGS.batches / 1e9:.2f}"
       print(f"| {arm}:{dim} | {seeds} | {row['step_median_s'] * 1e3:.0f} | "
             f"{per(row['matmul_flops'])} / {per(row['hand_matmul_flops'])} | "
-            f"{per(row['flops'])} / {per(row['xla_flops'])} | "
+            f"{per(row['flops'])} / {per(row['xla_loop_aware_flops'])} / "
+            f"{per(row['xla_flops'])} | "
             f"{row['matmul_flops_per_s'] / 1e9:.1f} | {row['share_of_peak']:.1%} | "
             f"{row['target_tokens_per_s']:,.0f} |", flush=True)
+      if row["profile"]:
+        print(profile_table(row["profile"]), flush=True)
   if FLAGS.out:
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     old = open(FLAGS.out, encoding="utf-8").read() if os.path.exists(FLAGS.out) else ""

@@ -356,7 +356,8 @@ class Seq2Seq(nnx.Module):
     if not deterministic and key is None and c.dropout > 0:
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
     k_enc, k_dec = common.split_key(key, 2)
-    memory, carry = self._start(self._encode(src, deterministic, k_enc))
+    with jax.named_scope("encoder"):  # scopes name the ops in profiles, nothing else
+      memory, carry = self._start(self._encode(src, deterministic, k_enc))
 
     embedded = jnp.swapaxes(self.tgt_embed(tgt_in), 0, 1)  # [T, B, E]
     offsets = None if score_offset is None else jnp.swapaxes(
@@ -369,9 +370,11 @@ class Seq2Seq(nnx.Module):
           memory, carry, emb_t, deterministic=deterministic, key=key_t, offset=offset_t)
       return carry, (features, scores, weights)
 
-    _, (features, scores, weights) = jax.lax.scan(
-        body, carry, (embedded, offsets, step_keys))  # features [T, B, h]
-    logits = dense(self.output, jnp.swapaxes(features, 0, 1)).astype(jnp.float32)  # [B, T, V]
+    with jax.named_scope("decoder"):
+      _, (features, scores, weights) = jax.lax.scan(
+          body, carry, (embedded, offsets, step_keys))  # features [T, B, h]
+    with jax.named_scope("output"):
+      logits = dense(self.output, jnp.swapaxes(features, 0, 1)).astype(jnp.float32)  # [B, T, V]
     if c.has_attention:
       aux = {"scores": jnp.swapaxes(scores, 0, 1),  # [B, T, S]
              "weights": jnp.swapaxes(weights, 0, 1),  # [B, T, S]

@@ -80,11 +80,13 @@ def train_step(graphdef, tx: optax.GradientTransformation, params, rest, opt_sta
     model = nnx.merge(graphdef, p, rest)
     logits, _ = model(src, tgt_in, deterministic=not dropout,
                       rngs=nnx.Rngs(dropout=dropout_key))  # [B, T, V]
-    return token_loss(logits, tgt_out, pad_id, label_smoothing)
+    with jax.named_scope("loss"):  # scopes name the ops in profiles, nothing else
+      return token_loss(logits, tgt_out, pad_id, label_smoothing)
 
   (loss, _), grads = jax.value_and_grad(loss_fn, has_aux=True)(params)
-  updates, opt_state = tx.update(grads, opt_state, params)
-  return optax.apply_updates(params, updates), opt_state, loss
+  with jax.named_scope("optimizer"):
+    updates, opt_state = tx.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state, loss
 
 
 def eval_step(graphdef, params, rest, src, tgt_in, tgt_out, *, pad_id: int):
