@@ -19,7 +19,7 @@ set -euo pipefail
 before=$(git rev-parse --short "${1:?BEFORE commit}")
 after=$(git rev-parse --short "${2:?AFTER commit}")
 root=$(git rev-parse --show-toplevel)
-out=${3:-$root/results/cpu_efficiency}
+out=$(realpath -m "${3:-$root/results/cpu_efficiency}")
 mkdir -p "$out"
 py=$root/.venv/bin/python
 tmp=$(mktemp -d)
