@@ -40,11 +40,12 @@ measures:
    XLA:CPU's per-thunk trace marks, the `--batches` steps run under
    `jax.profiler.trace` (files in DIR/ARM_DIM_seedsN/, with the compiled HLO),
    and each thunk's time is attributed to the part of the model its op comes
-   from (the model's and train step's `jax.named_scope`s: encoder, decoder,
+   from (the model's and train step's `jax.named_scope`s: encoder (with the
+   decoder's start: the bridge and the keys' projection), decoder,
    output layer, loss, optimizer; dropout masks by their random-bit ops) and
    to forward or backward (`breakdown`). XLA fuses the output layer's product
    into the softmax's max, so the output layer's forward product shows up in
-   `loss`. The trace marks slow a step down by about 5%.
+   `loss`. The trace marks slow a step down by 5–10%.
 
 Writes one JSON row per cell and seed count, and one for the peak, to `--out`
 (appended, each row stamped with its provenance), and prints a table.
