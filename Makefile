@@ -1,5 +1,5 @@
 # The two commands of the README. Each sets itself up on first use and is idempotent.
-#   make ablation   quick attention-dimensionality ablation (CPU, 2 cores: about 2.3 hours; 138 min measured for 3500 steps, fa7146e)
+#   make ablation   quick attention-dimensionality ablation (CPU, 2 cores: 80 min measured for 3500 steps, 030e0f9)
 #   make ablation-transformer   the Transformer's d_k ablation (CPU, 2 cores; resumable)
 #   make test       the test suite (under 10 minutes on 2 CPU cores)
 # The venv is built from the lock file of its Python (requirements/, exact

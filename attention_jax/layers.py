@@ -59,8 +59,8 @@ def dense(layer: nnx.Linear, x: jax.Array) -> jax.Array:
   of them, and XLA:CPU (jax 0.10.2) then transposes the output gradient and
   takes a slow matrix-product path: the quick RNN's output layer
   ([64, 32, 128] @ [128, 2000], log-softmax loss, forward and backward) takes
-  107 ms that way and 27 ms flattened, on one core of the 2-core Xeon
-  (results/cpu_efficiency/README.md, "Where the time goes")."""
+  54 ms that way and 24 ms flattened, on one core of the 2-core Xeon
+  (results/cpu_efficiency/round2/micro.py and micro.log, commit c8b4b72)."""
   lead = x.shape[:-1]
   return layer(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
 

@@ -10,10 +10,11 @@ a time; measured on one core of the project's 2-core Xeon, jax 0.10.2.
 
 `keep_freed_memory` sets glibc's allocator (`mallopt`) to one arena, serves
 allocations below `mmap_threshold` from it and returns memory to the system
-only above `trim_threshold` of free space at the top: the faults per step
-drop to 0 and the step from 174 to 145 ms (median of 12 steps, same process
-and batches; results/cpu_efficiency/README.md, "Where the time goes"). The
-numbers computed are unchanged: only where the buffers come from changes.
+only above `trim_threshold` of free space at the top. Set as a driver sets
+it (after its imports), the faults per step drop to 1,916 and the step from
+148 to 122 ms (median of 12 steps; results/cpu_efficiency/round2/micro.py
+and micro.log, commit c8b4b72). The numbers computed are unchanged: only
+where the buffers come from changes.
 The price is resident memory: a process keeps its peak.
 """
 

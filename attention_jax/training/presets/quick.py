@@ -9,12 +9,13 @@ warm-up steps, 3,500 steps of 64 pairs; greedy validation BLEU on 200 verses
 every 250 steps, beam 4 on 500 test verses with the best parameters. Two
 (arm, dim) pairs train at once, one process on one core each.
 
-Time: 138 min on the 2-core Intel Xeon (clean run of commit fa7146e); one GPU:
-not run. Expected (results/quick_cpu, test BLEU mean over 2 seeds):
+Time: 80 min on the 2-core Intel Xeon (clean run of commit 030e0f9; 138 min
+at fa7146e, before the CPU-efficiency work); one GPU: not run. Expected
+(results/quick_cpu, test BLEU mean over 2 seeds):
 
     | dim  | additive | multiplicative | scaled_multiplicative |
-    | 128  | 14.58    | 13.69          | 14.40                 |
-    | 1024 | 15.05    | 5.21           | 14.10                 |
+    | 128  | 14.47    | 14.17          | 14.42                 |
+    | 1024 | 14.92    | 4.48           | 13.79                 |
 
 multiplicative collapses at a = 1024 (p < 0.001), scaling by sqrt(a) removes it.
 Why lr 1e-3 and 3,500 steps: results/HISTORY.md.
