@@ -233,6 +233,8 @@ def _check_flags():
     cfg = config_lib.from_preset(FLAGS.preset)
     for arm, dim in cells:
       cfg.point(config_lib.Arm.of(arm, dim))
+    if FLAGS.profile and os.path.exists(FLAGS.profile) and not os.path.isdir(FLAGS.profile):
+      raise ValueError(f"`--profile` {FLAGS.profile} is a file; give a folder.")
     if FLAGS.out and os.path.isdir(FLAGS.out):
       raise ValueError(f"`--out` {FLAGS.out} is a folder; give a file.")
   except (ValueError, TypeError, KeyError) as e:

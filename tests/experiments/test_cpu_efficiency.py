@@ -113,6 +113,7 @@ def test_no_hand_count_for_unprojected_scores():
     (["--seeds=0"], "--seeds"),
     (["--threads=3"], "--threads"),
     (["--cells=nosuch:8"], "nosuch"),
+    ([f"--profile={os.path.abspath(__file__)}"], "--profile"),
 ])
 def test_bad_flags_exit_with_one_line_before_any_work(args, named):
   out = subprocess.run([sys.executable, "-m", "experiments.cpu_efficiency", "--preset=smoke",
