@@ -77,7 +77,7 @@ def test_smoke_preset_end_to_end(tmp_path):
   for r in rows:
     assert r["steps"] == cfg.steps and r["params"] > 0 and r["train_seconds"] > 0
     assert 0 <= r["val_bleu"] <= 100 and 0 <= r["test_bleu"] <= 100
-    assert set(r["diagnostics"]) == {"logit_std", "entropy", "saturated", "grad_norm"}
+    assert set(r["diagnostics"]) == {"logit_std", "entropy", "saturated", "grad_norm", "max_logit"}
     assert 1.0 <= r["val_ppl"] < 1000
   # The copy task is learnable: BLEU > 0 for every run.
   assert min(r["test_bleu"] for r in rows) > 0
