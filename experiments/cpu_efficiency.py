@@ -267,7 +267,8 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   step_fn = trainer._train_step  # pylint: disable=protected-access
   traced_step = step_fn.trace(*args(0, batches[0]))  # traced once: counted and compiled
   counted = flops_lib.count_jaxpr(traced_step.jaxpr.jaxpr)
-  compiled = traced_step.lower().compile()
+  lowered = traced_step.lower()
+  compiled = lowered.compile()
   xla = compiled.cost_analysis()
   xla = float((xla[0] if isinstance(xla, (list, tuple)) else xla).get("flops", 0.0))
   xla_loops = compile_check.loop_aware_cost(compiled.as_text(),
@@ -290,12 +291,13 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   n = len(times)
   parts = None
   if FLAGS.profile:
-    traced = step_fn.lower(*args(0, batches[0])).compile(
-        compiler_options={"xla_cpu_enable_xprof_traceme": True})
+    # The same lowering, compiled again with the per-thunk trace marks.
+    traced = lowered.compile(compiler_options={"xla_cpu_enable_xprof_traceme": True})
+    traced_hlo = traced.as_text()
     folder = os.path.join(FLAGS.profile, f"{arm}_{dim}_seeds{seeds}")
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "step.hlo.txt"), "w", encoding="utf-8") as f:
-      f.write(traced.as_text())
+      f.write(traced_hlo)
     for i, batch in enumerate(batches):  # warm-up of the traced program
       params, opt_state, loss = traced(*args(i, batch))
     np.asarray(loss)
@@ -308,7 +310,7 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
         traced_times.append(time.perf_counter() - start)
     import glob  # pylint: disable=g-import-not-at-top
     xspace = sorted(glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True))[-1]
-    parts = breakdown(xspace, traced.as_text(), n, sum(traced_times) / n)
+    parts = breakdown(xspace, traced_hlo, n, sum(traced_times) / n)
   return {"kind": "step", "preset": FLAGS.preset, "arm": arm, "dim": dim, "seeds": seeds,
           "profile": parts,
           "batches": n, "batch_size": int(src.shape[0]), "length": int(src.shape[1]),
