@@ -94,8 +94,12 @@ def build_kernel(impl: str, case: Case, params, library_implementation: str) -> 
     implementation = _LIBRARY_PATHS.get(impl, library_implementation)
     if implementation in ("xla", "cudnn") and score not in ("dot", "scaled_dot"):
       raise Skip(f"implementation={implementation!r} supports dot-product scores only")
+    # The causal mask goes by its structure, as the library's callers pass it:
+    # cuDNN applies it inside its fused kernel (a dense mask would keep `auto`
+    # on XLA's unfused one); the other paths build the same [T, T] mask.
     return Kernel(lambda q, k, v: aj.attention(q, k, v, score=score, params=params,
-                                               mask=mask, implementation=implementation))
+                                               causal=case.causal,
+                                               implementation=implementation))
   if impl == "naive":
     return Kernel(lambda q, k, v: bm.naive_attention(q, k, v, mask).astype(v.dtype))
   if impl in ("jax_xla", "jax_cudnn"):

@@ -153,6 +153,37 @@ def test_library_scores_come_from_the_registry():
   assert kernel_impls.score_of("jax_xla") == kernel_impls.score_of("naive") == "scaled_dot"
 
 
+def test_library_kernels_take_the_causal_mask_by_structure_and_match_the_reference(monkeypatch):
+  """The library's kernels are given `causal=True`, not a dense `[T, T]`
+  mask (which would keep `auto` off cuDNN's fused kernel on a GPU), and
+  compute what the naive reference computes with the dense mask."""
+  import jax
+  import jax.numpy as jnp
+  import numpy as np
+
+  case = kernel_impls.Case(mode="fwd", dtype="float32", batch=1, heads=2, seq_len=16,
+                           head_dim=8, causal=True)
+  params = kernel_impls.score_params(case.head_dim, jnp.float32, seed=0)
+  q, k, v = (jax.random.normal(key, (1, 2, 16, 8)) for key in jax.random.split(
+      jax.random.PRNGKey(0), 3))
+  given = []
+  original = aj.attention
+
+  def spy(*args, **kw):
+    given.append(kw)
+    return original(*args, **kw)
+
+  monkeypatch.setattr(aj, "attention", spy)
+  impls = (*settings_lib.LIBRARY_SCORES, "scaled_dot_plain", "scaled_dot_blockwise")
+  for impl in impls:
+    kernel = kernel_impls.build_kernel(impl, case, params, "auto")
+    reference = kernel_impls.reference_kernel(kernel_impls.score_of(impl), params, case)
+    np.testing.assert_allclose(kernel.fn(q, k, v), reference.fn(q, k, v), atol=2e-5,
+                               err_msg=impl)
+  assert len(given) == len(impls)
+  assert all(kw["causal"] is True and kw.get("mask") is None for kw in given)
+
+
 @pytest.mark.parametrize("fields,needle", [
     (dict(impls="scaled_dot,bogus"), "`--impls`: 'bogus'"),
     (dict(seq_lens="128,abc"), "`--seq_lens` must be a comma-separated list of int"),
