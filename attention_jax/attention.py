@@ -140,9 +140,16 @@ def _cudnn_attention(q, k, v, *, scale, is_causal, query_seq_lengths, key_value_
       key_value_seq_lengths=key_value_seq_lengths, implementation="cudnn")
 
 
-# (argument shapes and dtypes, causal, scale) -> whether cuDNN attention
-# compiled there, forward and backward (`_cudnn_compiles`).
+# (argument shapes and dtypes, causal, scale, probe sharding) -> whether cuDNN
+# attention compiled there, forward and backward (`_cudnn_compiles`).
 _CUDNN_COMPILES: dict[tuple, bool] = {}
+
+# Where `_cudnn_compiles` compiles its probe: None, the default device (the
+# GPU the program runs on). A program compiled ahead of time for a device
+# this host only describes (experiments/compile_check.py: an H100 target on
+# a CPU host) sets a sharding on that device, so that `auto` decides as it
+# would there; compiled for the host's CPU the probe always fails.
+cudnn_probe_sharding: jax.sharding.Sharding | None = None
 
 
 def _cudnn_compiles(q, k, v, *, scale, is_causal, q_len, kv_len) -> bool:
@@ -154,9 +161,11 @@ def _cudnn_compiles(q, k, v, *, scale, is_causal, q_len, kv_len) -> bool:
   `auto` first compiles a probe of the same shapes on its own (once per
   configuration) and keeps XLA's kernel if that fails in any way.
   """
-  spec = lambda x: None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype)
+  sharding = cudnn_probe_sharding
+  spec = lambda x: None if x is None else jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                               sharding=sharding)
   args = tuple(spec(x) for x in (q, k, v, q_len, kv_len))
-  key = (args, is_causal, None if scale is None else float(scale))
+  key = (args, is_causal, None if scale is None else float(scale), sharding)
   if key not in _CUDNN_COMPILES:
 
     def loss(q, k, v, q_len, kv_len):

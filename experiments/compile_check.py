@@ -56,6 +56,7 @@ import contextlib
 import dataclasses
 import datetime
 import functools
+import importlib
 import json
 import math
 import os
@@ -885,11 +886,31 @@ def _backend_as(platform: str):
     jax.default_backend = original
 
 
+@contextlib.contextmanager
+def _cudnn_probe_on(device):
+  """`attention`'s cuDNN probe compiles for `device` while a program is
+  traced: compiled for this host's CPU, the probe fails and `auto` would take
+  XLA's kernel where the device would take cuDNN's."""
+  # The module, not the function `attention_jax.attention` it exports.
+  attention = importlib.import_module("attention_jax.attention")
+  original = attention.cudnn_probe_sharding
+  attention.cudnn_probe_sharding = _device_sharding(device)
+  try:
+    yield
+  finally:
+    attention.cudnn_probe_sharding = original
+
+
+def _device_sharding(device):
+  """A sharding that places an array whole on `device`."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  return NamedSharding(Mesh(np.array([device]), ("device",)), PartitionSpec())
+
+
 def _on_device(args, device):
   """Every array of `args` as a ShapeDtypeStruct placed on `device`."""
   import jax  # pylint: disable=g-import-not-at-top
-  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
-  sharding = NamedSharding(Mesh(np.array([device]), ("device",)), PartitionSpec())
+  sharding = _device_sharding(device)
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), args)
 
 
@@ -910,7 +931,7 @@ def compile_case(case: Case, target: Target, device) -> dict:
          "device_memory_bytes": target.memory_bytes}
   start = time.perf_counter()
   try:
-    with _backend_as(target.platform):
+    with _backend_as(target.platform), _cudnn_probe_on(device):
       fn, args = case.build()
       lowered = fn.lower(*_on_device(args, device))
     compiled = lowered.compile()

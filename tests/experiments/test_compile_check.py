@@ -244,14 +244,16 @@ def test_cli_refuses_a_bad_flag_in_one_line_before_any_work(tmp_path):
 
 # --- compiling for the targets (the AOT environment) ---------------------------
 
-# Compiles, for one target, a bfloat16 matmul, a 10-step scan of it and the
-# library's scaled_dot score function; prints one JSON line of what it saw.
+# Compiles, for one target, a bfloat16 matmul, a 10-step scan of it, the
+# library's scaled_dot score function and its causal attention under `auto`;
+# prints one JSON line of what it saw.
 _SCRIPT = textwrap.dedent("""\
     import json, os, sys
     for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     import jax, jax.numpy as jnp
     from experiments import compile_check as cc
+    import attention_jax as aj
     from attention_jax import scores
     target = cc.TARGETS[sys.argv[1]]
     device = cc.target_device(target)
@@ -264,6 +266,8 @@ _SCRIPT = textwrap.dedent("""\
         "matmul": (lambda a, b: a @ b, (bf16(256, 512), bf16(512, 128))),
         "scan": (scan, (bf16(128, 128), bf16(64, 128))),
         "scaled_dot": (scores.scaled_dot, (bf16(2, 4, 64, 32), bf16(2, 4, 96, 32))),
+        "causal_attention": (lambda q, k, v: aj.attention(q, k, v, causal=True),
+                             (bf16(2, 4, 128, 64),) * 3),
     }
     out = {}
     for name, (fn, args) in programs.items():
@@ -305,6 +309,10 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
   # accumulated and kept in float32); a TPU pads the minor axis to 128-wide tiles.
   padded = 96 if target == "h100" else 128
   assert rows["scaled_dot"]["output_bytes"] == 4 * 2 * 4 * 64 * padded
+  # `auto` decides as on the device: its cuDNN probe is compiled for the
+  # target, not for this host's CPU (where it would fail and keep XLA's kernel).
+  want = "cudnn" if target == "h100" else None
+  assert rows["causal_attention"]["fused_attention"] == want
   if target == "tpu_v5e":  # the TPU's own cost model agrees where there is no loop
     assert matmul["target_flops"] == matmul["flops"]
     assert matmul["target_optimal_seconds"] > 0
