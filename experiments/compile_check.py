@@ -681,7 +681,7 @@ class _ShapeOnlyData:
     return self._lengths, self._lengths
 
 
-def _train_step_case(program: str, case: str, cfg, arm, steps: int | None) -> Case:
+def train_step_case(program: str, case: str, cfg, arm, steps: int | None) -> Case:
   """The sweep trainer's own compiled step (`EnsembleTrainer`, seeds vmapped,
   parameters and optimiser state donated) at the widest training batch."""
 
@@ -709,7 +709,7 @@ def _train_step_case(program: str, case: str, cfg, arm, steps: int | None) -> Ca
 def gpu_sweep_cases() -> list[Case]:
   from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
   cfg = config_lib.from_preset("gpu")
-  return [_train_step_case("gpu_sweep", arm.label, cfg, arm, cfg.steps) for arm in cfg.sweep()]
+  return [train_step_case("gpu_sweep", arm.label, cfg, arm, cfg.steps) for arm in cfg.sweep()]
 
 
 def transformer_base_cases() -> list[Case]:
@@ -719,7 +719,7 @@ def transformer_base_cases() -> list[Case]:
       hidden_dim=512, num_heads=8, ff_dim=2048, encoder_layers=6, decoder_layers=6,
       dropout=0.1, label_smoothing=0.1, adam_b2=0.98, batch_size=128, max_length=63,
       dtype="bfloat16")
-  return [_train_step_case("transformer_base", "scaled_dot d_k=64", cfg, cfg.sweep()[0], None)]
+  return [train_step_case("transformer_base", "scaled_dot d_k=64", cfg, cfg.sweep()[0], None)]
 
 
 KERNEL_SHAPE = dict(batch=4, heads=16, head_dim=128)

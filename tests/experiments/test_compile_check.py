@@ -245,8 +245,9 @@ def test_cli_refuses_a_bad_flag_in_one_line_before_any_work(tmp_path):
 # --- compiling for the targets (the AOT environment) ---------------------------
 
 # Compiles, for one target, a bfloat16 matmul, a 10-step scan of it, the
-# library's scaled_dot score function and its causal attention under `auto`;
-# prints one JSON line of what it saw.
+# library's scaled_dot score function, its causal attention under `auto`, and
+# the sweep trainer's step of a tiny Transformer and a tiny RNN (two seeds
+# vmapped); prints one JSON line of what it saw.
 _SCRIPT = textwrap.dedent("""\
     import json, os, sys
     for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
@@ -272,6 +273,19 @@ _SCRIPT = textwrap.dedent("""\
     out = {}
     for name, (fn, args) in programs.items():
         case = cc.Case("test", name, {}, lambda fn=fn, args=args: (jax.jit(fn), args))
+        out[name] = cc.compile_case(case, target, device)
+    from attention_jax.training import config as config_lib
+    tiny = dict(dims=(16,), vocab_size=64, hidden_dim=32, batch_size=4, max_length=15,
+                dtype="bfloat16")
+    models = {
+        "tiny_transformer": config_lib.ExperimentConfig(
+            model="transformer", arms=("scaled_dot",), seeds=1, num_heads=2, ff_dim=64,
+            encoder_layers=1, decoder_layers=1, **tiny),
+        "tiny_rnn": config_lib.ExperimentConfig(model="rnn", arms=("additive",), seeds=2,
+                                                **tiny),
+    }
+    for name, cfg in models.items():
+        case = cc.train_step_case("test", name, cfg, cfg.sweep()[0], None)
         out[name] = cc.compile_case(case, target, device)
     print(json.dumps(out))
     """)
@@ -313,6 +327,10 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
   # target, not for this host's CPU (where it would fail and keep XLA's kernel).
   want = "cudnn" if target == "h100" else None
   assert rows["causal_attention"]["fused_attention"] == want
+  # The Transformer's self attentions pass their masks as structure, so its
+  # training step reaches cuDNN too; the RNN's step is loops (its scans).
+  assert rows["tiny_transformer"]["fused_attention"] == want
+  assert rows["tiny_rnn"]["loop_iterations"] > 0
   if target == "tpu_v5e":  # the TPU's own cost model agrees where there is no loop
     assert matmul["target_flops"] == matmul["flops"]
     assert matmul["target_optimal_seconds"] > 0
