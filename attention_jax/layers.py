@@ -52,15 +52,24 @@ GLOROT = score_kinds.GLOROT
 
 
 def dense(layer: nnx.Linear, x: jax.Array) -> jax.Array:
-  """`layer(x)` over the last axis of `x [..., in]` as one 2-D product
-  `[N, in] @ [in, out]`, reshaped back to `[..., out]`; the same numbers.
+  """`layer(x)` over the last axis of `x [..., in]`; on CPUs as one 2-D
+  product `[N, in] @ [in, out]`, reshaped back to `[..., out]`. The same
+  numbers either way.
 
-  Why: with a batch of leading axes, the kernel's gradient contracts over all
-  of them, and XLA:CPU (jax 0.10.2) then transposes the output gradient and
-  takes a slow matrix-product path: the quick RNN's output layer
+  Why on CPUs: with a batch of leading axes, the kernel's gradient contracts
+  over all of them, and XLA:CPU (jax 0.10.2) then transposes the output
+  gradient and takes a slow matrix-product path: the quick RNN's output layer
   ([64, 32, 128] @ [128, 2000], log-softmax loss, forward and backward) takes
   54 ms that way and 24 ms flattened, on one core of the 2-core Xeon
-  (results/cpu_efficiency/round2/micro.py and micro.log, commit c8b4b72)."""
+  (results/cpu_efficiency/round2/micro.py and micro.log, commit c8b4b72).
+
+  Why only there: compiled for a TPU v5e, the flattened form made the `gpu`
+  sweep's step (additive a = 128) count 94 GB of memory traffic and 20.7k ops
+  instead of 55 GB and 15.2k (bisected to the commit that introduced it; its
+  reshapes inside the decoder's loop are layout changes in a TPU's tiled
+  layout); on an H100 it changed nothing (results/compile_check)."""
+  if x.ndim <= 2 or jax.default_backend() != "cpu":
+    return layer(x)
   lead = x.shape[:-1]
   return layer(x.reshape(-1, x.shape[-1])).reshape(*lead, -1)
 

@@ -364,3 +364,15 @@ def test_dense_is_the_linear_layer_over_the_last_axis():
   y = layers.dense(layer, x)
   assert y.shape == (3, 5, 2, 4)
   np.testing.assert_allclose(y, layer(x), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("backend,flattened", [("cpu", True), ("tpu", False), ("gpu", False)])
+def test_dense_flattens_only_on_cpus(monkeypatch, backend, flattened):
+  """The 2-D product is an XLA:CPU remedy; on a TPU its reshapes cost
+  (results/compile_check), so elsewhere the layer takes its input as it is."""
+  layer = nnx.Linear(6, 4, rngs=nnx.Rngs(0))
+  x = jnp.ones((3, 5, 6))
+  monkeypatch.setattr(jax, "default_backend", lambda: backend)
+  eqns = jax.make_jaxpr(lambda x: layers.dense(layer, x))(x).jaxpr.eqns
+  [product] = [e for e in eqns if e.primitive.name == "dot_general"]
+  assert product.invars[0].aval.shape == ((15, 6) if flattened else (3, 5, 6))
