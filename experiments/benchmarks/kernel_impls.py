@@ -88,7 +88,6 @@ def score_of(impl: str) -> str:
 def build_kernel(impl: str, case: Case, params, library_implementation: str) -> Kernel:
   """The function timed for `impl` at `case`; raises Skip when it does not apply."""
   platform = jax.devices()[0].platform
-  mask = case.mask  # built here, so that the programs capture it as a constant
   if impl in LIBRARY_SCORES or impl in _LIBRARY_PATHS:
     score = score_of(impl)
     implementation = _LIBRARY_PATHS.get(impl, library_implementation)
@@ -100,6 +99,7 @@ def build_kernel(impl: str, case: Case, params, library_implementation: str) -> 
     return Kernel(lambda q, k, v: aj.attention(q, k, v, score=score, params=params,
                                                causal=case.causal,
                                                implementation=implementation))
+  mask = case.mask  # built here, so that the programs capture it as a constant
   if impl == "naive":
     return Kernel(lambda q, k, v: bm.naive_attention(q, k, v, mask).astype(v.dtype))
   if impl in ("jax_xla", "jax_cudnn"):
