@@ -887,14 +887,14 @@ def _backend_as(platform: str):
 
 
 @contextlib.contextmanager
-def _cudnn_probe_on(device):
-  """`attention`'s cuDNN probe compiles for `device` while a program is
-  traced: compiled for this host's CPU, the probe fails and `auto` would take
-  XLA's kernel where the device would take cuDNN's."""
+def _cudnn_probe_on(sharding):
+  """`attention`'s cuDNN probe compiles for the device of `sharding` while a
+  program is traced: compiled for this host's CPU, the probe fails and `auto`
+  would take XLA's kernel where the device would take cuDNN's."""
   # The module, not the function `attention_jax.attention` it exports.
   attention = importlib.import_module("attention_jax.attention")
   original = attention.cudnn_probe_sharding
-  attention.cudnn_probe_sharding = _device_sharding(device)
+  attention.cudnn_probe_sharding = sharding
   try:
     yield
   finally:
@@ -907,10 +907,9 @@ def _device_sharding(device):
   return NamedSharding(Mesh(np.array([device]), ("device",)), PartitionSpec())
 
 
-def _on_device(args, device):
-  """Every array of `args` as a ShapeDtypeStruct placed on `device`."""
+def _on_device(args, sharding):
+  """Every array of `args` as a ShapeDtypeStruct placed by `sharding`."""
   import jax  # pylint: disable=g-import-not-at-top
-  sharding = _device_sharding(device)
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), args)
 
 
@@ -930,10 +929,11 @@ def compile_case(case: Case, target: Target, device) -> dict:
          "target": target.name, "device_kind": getattr(device, "device_kind", None),
          "device_memory_bytes": target.memory_bytes}
   start = time.perf_counter()
+  sharding = _device_sharding(device)
   try:
-    with _backend_as(target.platform), _cudnn_probe_on(device):
+    with _backend_as(target.platform), _cudnn_probe_on(sharding):
       fn, args = case.build()
-      lowered = fn.lower(*_on_device(args, device))
+      lowered = fn.lower(*_on_device(args, sharding))
     compiled = lowered.compile()
   except Exception as e:  # pylint: disable=broad-except
     row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
