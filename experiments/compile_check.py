@@ -980,9 +980,7 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
   (rewritten after each case, so a killed run keeps what it compiled)."""
   os.makedirs(options.out, exist_ok=True)
   target = options.target
-  provenance = {"versions": versions(), "commit": git_commit(), "command": command,
-                "date": datetime.datetime.now(datetime.timezone.utc).strftime(
-                    "%Y-%m-%dT%H:%M:%SZ")}
+  provenance = row_provenance(command)
   device = target_device(target)
   log(f"target {target.name}: {device.device_kind}; versions {provenance['versions']}")
   rows = []
@@ -995,6 +993,16 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
            else f": {row['error']}"))
     _write(options.out, target, rows)
   return rows
+
+
+def row_provenance(command: str) -> dict:
+  """What every row records of how it was made: versions, commit, command,
+  date, and the host that compiled it (its CPU model; `device_kind` is the
+  target's), which the compile times depend on."""
+  from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
+  return {"versions": versions(), "commit": git_commit(), "command": command,
+          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+          "host_cpu": benchmarking.cpu_model(benchmarking.read_cpuinfo())}
 
 
 def _write(out: str, target: Target, rows: list[dict], jsonl: bool = True) -> None:

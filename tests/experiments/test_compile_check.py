@@ -336,6 +336,15 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
     assert matmul["target_optimal_seconds"] > 0
 
 
+def test_every_row_names_its_code_versions_command_and_host():
+  from attention_jax import benchmarking
+  p = cc.row_provenance("python -m experiments.compile_check --target=h100")
+  assert p["command"] == "python -m experiments.compile_check --target=h100"
+  assert p["commit"] and p["versions"]["jax"] and p["date"].endswith("Z")
+  assert p["host_cpu"] == benchmarking.cpu_model(benchmarking.read_cpuinfo())
+  assert p["host_cpu"]  # this Linux machine names its CPU
+
+
 def _row(program, case, **fields):
   return {"program": program, "case": case, "status": "compiled", "fits": True, **fields}
 
