@@ -136,7 +136,7 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
     parts.append(
         f"Test BLEU difference to {baseline_arm(cfg)} at the same dimension, mean over "
         "seed pairs, with the largest p over the pairs (paired approximate randomisation "
-        f"over test sentences, {significance_lib.TRIALS:,} trials, sacrebleu).\n\n"
+        f"over test sentences, {significance_lib.TRIALS:,} trials, ties counted).\n\n"
         + reporting.significance_table(_cells(tests), cfg.arms, cfg.dims, baseline_arm(cfg)))
   text = "\n".join(parts)
   files.atomic_write(workdir.table, text)
@@ -240,7 +240,8 @@ def _grid_significance(cfg: ExperimentConfig, points: Sequence[GridPoint], axis:
   base = baseline_arm(cfg)
   parts = [f"## Test BLEU difference to {base} at the same dimension and {axis}, mean "
            "over seed pairs, with the largest p over the pairs (paired approximate "
-           f"randomisation over test sentences, {significance_lib.TRIALS:,} trials)\n"]
+           f"randomisation over test sentences, {significance_lib.TRIALS:,} trials, ties "
+           "counted)\n"]
   for fixed, dim, where in _slices(cfg, points, axis):
     keyed = {}
     for p in points:

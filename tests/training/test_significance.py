@@ -39,8 +39,8 @@ def test_identical_systems_are_not_different():
 @pytest.mark.parametrize("case", ["other_wrong_words", "both_zero"])
 def test_different_outputs_of_equal_bleu_are_not_significant(case):
   # Each sentence has the same n-gram counts in both outputs, so every shuffled
-  # corpus scores as the observed pair does: sacrebleu's strict count finds no
-  # trial above the zero difference and gives 1/(trials + 1).
+  # corpus scores as the observed pair does: every trial ties the zero
+  # difference (sacrebleu's strict count found none above it: 1/(trials + 1)).
   refs, noisy = _systems(n=50)
   if case == "other_wrong_words":  # the same mistakes, spelt differently
     hyp = noisy(0.6)
@@ -55,6 +55,50 @@ def test_different_outputs_of_equal_bleu_are_not_significant(case):
       {("multiplicative", 8): significance.compare_runs(*runs, trials=200)},
       ["additive", "multiplicative"], [8], "additive")
   assert "| 8 | +0.00 (p = 1.000) |" in table
+
+
+def test_outputs_that_differ_in_one_sentence_of_32_are_not_significant():
+  """Every trial either swaps the one differing sentence or not, so each
+  reproduces the observed |difference|: all trials tie it and p = 1.
+  sacrebleu's strict count found no trial above it and gave its floor,
+  1/(trials + 1), which a table printed as "p < 0.001"."""
+  refs, noisy = _systems(n=32, seed=5)
+  baseline = noisy(0.6)
+  system = list(baseline)
+  system[7] = noisy(0.2)[7]
+  assert sum(b != s for b, s in zip(baseline, system)) == 1
+  out = significance.paired_test(baseline, system, refs, trials=500)
+  assert 0 < abs(out["delta"]) < 3
+  assert out["p"] == 1.0
+  runs = [{"references": refs, "hypotheses": [h]} for h in (baseline, system)]
+  table = reporting.significance_table(
+      {("multiplicative", 8): significance.compare_runs(*runs, trials=500)},
+      ["additive", "multiplicative"], [8], "additive")
+  assert f"| 8 | {out['delta']:+.2f} (p = 1.000) |" in table
+
+
+def test_ties_with_the_observed_difference_count():
+  # |-2| and |2| tie 2 (as does 2 within float noise), 3 exceeds it, 1 does not:
+  # (4 + 1) / (5 + 1)
+  assert significance.randomisation_p(-2.0, [2.0, -2.0, 1.0, 3.0, 2.0 - 1e-12]) == 5 / 6
+  assert significance.randomisation_p(0.0, [0.0] * 9) == 1.0
+  assert significance.randomisation_p(5.0, [1.0] * 9) == 1 / 10
+
+
+def test_without_ties_the_p_value_is_sacrebleus():
+  """Where no trial ties the observed difference, counting ties changes
+  nothing: the same shuffles (same seed) give sacrebleu's p and BLEU."""
+  from sacrebleu.metrics import BLEU
+  from sacrebleu.significance import PairedTest
+  refs, noisy = _systems(n=100, seed=4)
+  baseline, system = noisy(0.6), noisy(0.6)
+  _, results = PairedTest([("baseline", baseline), ("system", system)], {"BLEU": BLEU()},
+                          [refs], test_type="ar", n_samples=1000)()
+  out = significance.paired_test(baseline, system, refs, trials=1000)
+  assert 0.01 < out["p"] < 0.99
+  assert out["p"] == results["BLEU"][1].p_value
+  assert (out["baseline"], out["system"]) == (results["BLEU"][0].score,
+                                              results["BLEU"][1].score)
 
 
 def test_two_draws_of_the_same_quality_are_not_significant():
