@@ -42,6 +42,8 @@ class Checkpointer:
     self.directory = os.path.abspath(directory)
     self.sums_dir = self.directory + "_sha256"
     self.damaged_dir = self.directory + "_damaged"
+    for folder in (self.directory, self.sums_dir, self.damaged_dir):
+      check_folder(folder)
     self.manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
@@ -155,6 +157,16 @@ class Checkpointer:
     if os.path.exists(self._sums_path(step)):
       os.replace(self._sums_path(step), os.path.join(dest, "sha256.json"))
     return dest
+
+
+def check_folder(path: str) -> None:
+  """A ValueError of one line naming `path` if something other than a
+  folder is there. Orbax, given a file, reports it from a worker thread as
+  a ~40-line traceback and the save fails only after the first steps were
+  trained; checked here, the run is refused before it starts."""
+  if os.path.exists(path) and not os.path.isdir(path):
+    raise ValueError(f"{path} is a file where the checkpoints' folder belongs; move it "
+                     "away (or delete it) and re-run.")
 
 
 _ORBAX_DIR = os.path.dirname(os.path.abspath(ocp.__file__))

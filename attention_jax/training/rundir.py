@@ -79,6 +79,36 @@ def why_not_extended(old: dict, fp: dict) -> str | None:
   return None
 
 
+def _kind(value) -> str:
+  """The JSON kind of `value`, as a message names it."""
+  if value is None:
+    return "null"
+  if isinstance(value, bool):
+    return "a boolean"
+  if isinstance(value, int):
+    return "an integer"
+  if isinstance(value, float):
+    return "a number"
+  if isinstance(value, str):
+    return "a string"
+  return "a list" if isinstance(value, list) else "an object"
+
+
+def wrong_value(old: dict, fp: dict) -> str | None:
+  """What is wrong in `old` (a run folder's config.json), where one of its
+  settings holds a value of another JSON kind than `fp`'s (`"steps": "20"`,
+  `null`); None if each is of the kind `fp` gives (an integer passes for a
+  number). Compared as they are, such a value is a TypeError deep in the
+  resume rules (`why_not_extended`) rather than a line naming the file."""
+  for key, now in fp.items():
+    if key not in old:
+      continue  # a setting added later ran at its default (`RunDir.check`)
+    there, want = _kind(old[key]), _kind(now)
+    if there != want and not (want == "a number" and there == "an integer"):
+      return f"`{key}` is {old[key]!r}, not {want}"
+  return None
+
+
 class _Name:
   """A file of a folder type, by name: on an instance, its path there."""
 
@@ -122,9 +152,11 @@ class RunDir:
     `fp` only asks for more steps and the run can be extended
     (`why_not_extended`), else None; the caller then extends it (`extend`)."""
     if os.path.exists(self.config):
-      old = files.read_json(
-          self.config, dict,
-          f"restore it, or delete the folder {self.path} to train that run again")
+      remedy = f"restore it, or delete the folder {self.path} to train that run again"
+      old = files.read_json(self.config, dict, remedy)
+      wrong = wrong_value(old, fp)
+      if wrong is not None:
+        raise ValueError(f"{self.config} is damaged ({wrong}); {remedy}.")
       # A setting added to the config after the folder was made ran at its default.
       defaults = {**_settings(ExperimentConfig()), "arm": fp["arm"], "dim": fp["dim"]}
       diff = {k: (old.get(k, defaults.get(k)), v) for k, v in fp.items()

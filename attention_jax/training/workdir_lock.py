@@ -72,11 +72,16 @@ class WorkdirLock:
 
 
 def _read(fd: int) -> dict:
+  """What the lock file says of its last holder; {} if it is empty or says
+  nothing usable (not JSON, or JSON of another kind than an object: `null`
+  or a list left by a hand or a crash), so that taking over or refusing
+  still gives its one line."""
   try:
     data = os.pread(fd, 4096, 0)
-    return json.loads(data) if data.strip() else {}
+    info = json.loads(data) if data.strip() else {}
   except (OSError, ValueError):
     return {}
+  return info if isinstance(info, dict) else {}
 
 
 def _describe(info: dict) -> str:

@@ -86,6 +86,16 @@ def test_two_ablations_on_one_workdir_the_second_refuses_at_once(tmp_path):
     first.wait()
 
 
+@pytest.mark.parametrize("content", ["null", "[1, 2]", '"me"', "{", "\x00\x00"])
+def test_a_lock_file_holding_no_holder_is_taken_as_a_released_one(tmp_path, content):
+  # Left by a hand or a crash: no PID to name, so a plain take-over.
+  (tmp_path / workdir_lock.LOCK_NAME).write_text(content)
+  lines = []
+  with workdir_lock.WorkdirLock(str(tmp_path), log=lines.append):
+    assert json.load(open(tmp_path / workdir_lock.LOCK_NAME))["pid"] == os.getpid()
+  assert lines == []
+
+
 # --- item 3: interrupted writes, deleted logs, file modes ------------------------
 
 def test_atomic_write_gives_the_mode_of_a_plain_open_not_0600(tmp_path):
@@ -319,6 +329,54 @@ def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damag
                            f"--arms={','.join(_ARMS)}", "--dims=8", "--report_only",
                            f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
     _one_line_failure(proc, path, "damaged")
+
+
+@pytest.mark.parametrize("steps", ['"20"', "null", "true", "[20]"])
+def test_a_setting_of_the_wrong_kind_in_config_json_is_named_in_one_line(tmp_path, steps):
+  # Compared as it is, "20" or null was a TypeError 34 lines deep in the
+  # resume rules (a string is not an integer number of steps).
+  cfg, workdir = _finished_workdir(tmp_path)
+  path = os.path.join(workdir, "runs", "multiplicative_d8", "config.json")
+  settings = json.load(open(path))
+  settings["steps"] = json.loads(steps)
+  with open(path, "w") as f:
+    json.dump(settings, f)
+  with pytest.raises(ValueError) as info:
+    sweep.report_only(cfg, workdir)
+  message = str(info.value)
+  assert path in message and "damaged" in message and "`steps`" in message
+  assert "\n" not in message
+  # A number where the field is a float is no damage: JSON writes 1.0 as 1.0,
+  # but a hand may write 1.
+  settings["steps"], settings["label_smoothing"] = cfg.steps, 0
+  with open(path, "w") as f:
+    json.dump(settings, f)
+  assert "10.50" in sweep.report_only(cfg, workdir)
+
+
+def test_a_file_where_the_checkpoints_folder_belongs_is_refused_before_training(tmp_path):
+  # Orbax reported it from a worker thread (~40 lines of traceback) after the
+  # first steps were trained.
+  for name in ("ckpt", "ckpt_sha256", "ckpt_damaged"):
+    (tmp_path / name).write_text("not a folder")
+    with pytest.raises(ValueError) as info:
+      checkpoints.Checkpointer(str(tmp_path / "ckpt"))
+    assert str(tmp_path / name) in str(info.value) and "\n" not in str(info.value)
+    os.remove(tmp_path / name)
+
+
+def test_a_file_where_the_checkpoints_folder_belongs_is_one_line_from_the_driver(tmp_path):
+  workdir = tmp_path / "w"
+  (workdir / "runs" / "additive_d8").mkdir(parents=True)
+  blocker = workdir / "runs" / "additive_d8" / "checkpoints"
+  blocker.write_text("")
+  proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                         "--arms=additive", "--dims=8", "--steps=4", "--eval_every=4",
+                         f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)
+  _one_line_failure(proc, "error:", str(blocker))
+  assert "step 4" not in proc.stdout  # nothing was trained
+  assert not (workdir / "runs" / "additive_d8" / "metrics.jsonl").exists()
 
 
 # --- a full disk -----------------------------------------------------------------
