@@ -198,6 +198,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
   host_memory.keep_freed_memory()  # before JAX's CPU client starts (its docstring says why)
   cfg, axes = build_config(extra, sweep)
   from attention_jax.training import sweep  # heavy imports only after the checks
+  from attention_jax.training import workers
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
 
@@ -209,7 +210,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
     table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh(), axes=axes)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)
-  except ValueError as e:
+  except (ValueError, workers.RunsFailed) as e:
     sys.exit(f"error: {e}")
   except OSError as e:  # a full disk, a folder made read-only mid-run: one line, no traceback
     sys.exit(f"error: {FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")

@@ -45,9 +45,12 @@ def atomic_write(path: str, data: str | bytes) -> None:
       f.flush()
       os.fsync(f.fileno())
     os.replace(tmp, path)
-  except BaseException:
+  except BaseException as e:
     if os.path.exists(tmp):
       os.remove(tmp)
+    if isinstance(e, OSError) and e.filename in (tmp, None):
+      # The file the caller asked for, not the temporary it never heard of.
+      e.filename, e.filename2 = path, None
     raise
 
 

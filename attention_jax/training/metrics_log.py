@@ -8,6 +8,7 @@ the checkpoint training goes on from.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -80,13 +81,17 @@ class MetricsLog:
       return
     self._lines.append(line)
     try:
-      intact = os.path.getsize(self.path) == self._size
+      intact = os.path.isfile(self.path) and os.path.getsize(self.path) == self._size
     except FileNotFoundError:
       intact = False
     if not intact:
+      if os.path.lexists(self.path) and not os.path.isfile(self.path):
+        raise IsADirectoryError(errno.EISDIR, "not a file any more: something put a folder "
+                                "or another kind of file in its place during the run",
+                                self.path)
+      self._rewrite()  # the warning only once it is true
       self.log(f"warning: {self.path} was deleted or changed by something else during "
                f"the run; rewrote its {len(self._lines)} lines from memory")
-      self._rewrite()
       return
     with open(self.path, "a") as f:
       f.write(line)

@@ -129,6 +129,10 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   workdir is made (`memory.check_memory`).
   """
   plan = Plan.of(cfg, workdir, axes)
+  # The memory is shared by the runs that train at once, never more than the
+  # sweep has, whatever `--workers` says (`memory.check_memory`, evaluation budgets).
+  cfg = cfg.replace(workers=min(cfg.workers, len(plan.jobs())))
+  plan = Plan.of(cfg, workdir, axes)
   data_sets = datasets_lib.Datasets()
   if data is not None:
     data_sets.put(cfg, data)
@@ -193,8 +197,8 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets) -> s
       raise ValueError(f"`workers` = {cfg.workers} trains pairs in separate single-device "
                        "processes; it cannot be combined with several devices.")
     pending.sort(key=lambda job: -job.arm.attention_dim)
-    finished = workers.run_in_workers(cfg.workers, pending, train_group, deadline,
-                                      lambda job: plan.report(job.point))
+    finished = workers.run_in_workers(cfg.workers, pending, train_job, deadline,
+                                      lambda job: plan.report(job.point), log=log)
   else:
     finished = True
     for job in pending:
@@ -215,6 +219,17 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets) -> s
   if not primary:
     return None
   return plan.report_all()
+
+
+# A `--workers` process's datasets: one at a time.
+_WORKER_DATASETS = datasets_lib.Datasets(limit=1)
+
+
+def train_job(job: Job, *, log: Callable[[str], None], deadline: float | None) -> bool:
+  """`train_group` of `job` in a `--workers` process, which loads each
+  dataset once (`_WORKER_DATASETS`)."""
+  return train_group(job.config, job.run, job.arm, _WORKER_DATASETS.get(job.config),
+                     log=log, deadline=deadline)
 
 
 def train_group(cfg: ExperimentConfig, run_dir: rundir.RunDir, arm: config_lib.Arm, data, *,

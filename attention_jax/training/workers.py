@@ -1,18 +1,25 @@
 """`--workers`: a sweep's runs trained in parallel, one process per core.
 
-The driver hands out jobs (anything with `config`, `run` and `arm`, e.g.
-`sweep.Job`) and a training function; each process loads a job's dataset
-once (`datasets.Datasets`), trains it, and the driver writes the reports as
-each job finishes.
+The driver hands out jobs (anything with a `label`, e.g. `sweep.Job`) to
+worker processes and a module-level training function `train(job, log=,
+deadline=)`; it writes the reports as each job finishes.
+
+The driver watches its workers instead of waiting on them: a worker that
+dies (the kernel's out-of-memory killer sends SIGKILL) or a run that raises
+is named in one line as it happens, the other runs go on to their end, and
+the driver ends with `RunsFailed` naming every failed run, whose last
+checkpoint is kept for a rerun to resume. A stop asked of the driver
+(SIGTERM, Ctrl-C) reaches every worker, whose run saves its checkpoint after
+its step, dead workers or not.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import traceback
 from typing import Callable, Sequence
 
-from attention_jax.training import datasets
 from attention_jax.training import host_memory
 from attention_jax.training import interrupts
 from attention_jax.training import provenance
@@ -23,6 +30,15 @@ from attention_jax.training import provenance
 # GFLOP/s, 2-core Xeon). Kept in the environment of a worker for older
 # versions; what makes it use one core is `use_one_core`.
 ONE_THREAD_XLA_FLAGS = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+
+# How often the driver looks at its workers when none has answered: a
+# worker's death is noticed within this many seconds (and a signal's
+# handler runs) however long the runs are.
+POLL_SECONDS = 1.0
+
+
+class RunsFailed(Exception):
+  """Some runs of a `--workers` sweep failed; the others finished."""
 
 
 def use_one_core(core: int | None = None, *, index: int = 0) -> int | None:
@@ -42,18 +58,11 @@ def use_one_core(core: int | None = None, *, index: int = 0) -> int | None:
   return core
 
 
-# A worker's datasets: one at a time.
-_DATASETS = datasets.Datasets(limit=1)
-
-
-def _worker_init(parent_pid: int, stop, counter) -> None:
-  """Set-up of a `--workers` process: on a core of its own (the `counter`-th
+def _worker_init(parent_pid: int, stop, index: int) -> None:
+  """Set-up of a `--workers` process: on a core of its own (the `index`-th
   the driver may use, round robin), dies with the driver, and stops its run
   as the driver is asked to (`interrupts.watch` of the `stop` event)."""
   interrupts.watch(stop)
-  with counter.get_lock():
-    index = counter.value
-    counter.value += 1
   use_one_core(index=index)
   host_memory.keep_freed_memory()  # before the worker's JAX starts, as the driver does
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
@@ -66,16 +75,92 @@ def _worker_init(parent_pid: int, stop, counter) -> None:
   provenance.fields()  # as the driver does: the commit as the run starts, not at its first row
 
 
-def _worker_task(train: Callable, job, deadline: float | None) -> bool:
-  """`train(config, run, arm, data, log=, deadline=)` of one job in a worker."""
-  interrupts.check()  # asked to stop before this run began: nothing to save
+def why(error: BaseException) -> str:
+  """One line saying what went wrong: the message of the errors this
+  project raises for bad input and state (ValueError, OSError with the file
+  it names), the type and message of anything else."""
+  if isinstance(error, OSError) and error.strerror:
+    return f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+  if isinstance(error, ValueError):
+    return str(error)
+  return f"{type(error).__name__}: {error}"
+
+
+def _worker_main(parent_pid: int, stop, index: int, conn, train: Callable,
+                 deadline: float | None) -> None:
+  """A worker's life: jobs from `conn` until None, each answered with
+  ('finished', bool), ('interrupted', signum) or ('failed', one line)."""
+  _worker_init(parent_pid, stop, index)
   log = lambda line: print(line, flush=True)
-  return train(job.config, job.run, job.arm, _DATASETS.get(job.config), log=log,
-               deadline=deadline)
+  while True:
+    try:
+      job = conn.recv()
+    except EOFError:  # the driver is gone
+      return
+    if job is None:
+      return
+    try:
+      interrupts.check()  # asked to stop before this run began: nothing to save
+      answer = ("finished", bool(train(job, log=log, deadline=deadline)))
+    except interrupts.Interrupted as e:
+      answer = ("interrupted", e.signum)
+    except Exception as e:  # pylint: disable=broad-except
+      if not isinstance(e, (ValueError, OSError)):  # a bug: its traceback helps
+        traceback.print_exc()
+      answer = ("failed", why(e))
+    conn.send(answer)
+
+
+def death(exitcode: int | None) -> str:
+  """How a worker process ended, in words."""
+  if exitcode is not None and exitcode < 0:
+    name = signal.Signals(-exitcode).name
+    hint = (" (the kernel's out-of-memory killer sends it: see `dmesg`)"
+            if -exitcode == signal.SIGKILL else "")
+    return f"its worker process was killed by {name}{hint}"
+  return f"its worker process exited with status {exitcode}"
+
+
+class _Worker:
+  """A worker process and the driver's end of its pipe."""
+
+  def __init__(self, ctx, stop, index: int, train: Callable, deadline: float | None):
+    self.conn, child = ctx.Pipe()
+    self.process = ctx.Process(
+        target=_worker_main, args=(os.getpid(), stop, index, child, train, deadline),
+        daemon=True)
+    self.process.start()
+    child.close()  # the child's end lives in the child only: its death closes the pipe
+    self.job = None
+
+  def answer(self):
+    """The worker's answer to its job, None while it works, or ('died', why)."""
+    if self.conn.poll():
+      try:
+        return self.conn.recv()
+      except (EOFError, OSError):
+        pass
+    elif self.process.is_alive():
+      return None
+    self.process.join(timeout=10)
+    return ("died", death(self.process.exitcode))
+
+  def close(self, timeout: float = 30) -> None:
+    """Ends the worker once its job (if any) has answered, within `timeout` s."""
+    if self.process.is_alive():
+      try:
+        self.conn.send(None)
+      except OSError:
+        pass
+    self.process.join(timeout=timeout)
+    if self.process.is_alive():
+      self.process.kill()
+      self.process.join()
+    self.conn.close()
 
 
 def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: float | None,
-                   report: Callable) -> bool:
+                   report: Callable, log: Callable[[str], None] = print) -> bool:
   """Trains `jobs` in `workers` processes with `train` (a module-level
   function: it is sent to them by name); `report(job)` after each finishes.
   False if `deadline` stopped any of them first.
@@ -83,24 +168,72 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   A stop requested of the driver (SIGTERM, Ctrl-C: `interrupts`) sets an
   event every worker watches: each running run saves its checkpoint after its
   step and the queued ones do not start; once every worker has answered, the
-  driver raises `interrupts.Interrupted`.
+  driver raises `interrupts.Interrupted`. A run that fails or whose worker
+  dies is named at once; the others go on (a dead worker is replaced while
+  jobs wait), and `RunsFailed` names them all at the end.
   """
   import multiprocessing  # pylint: disable=g-import-not-at-top
+  from multiprocessing import connection  # pylint: disable=g-import-not-at-top
   ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
   stop = ctx.Event()
-  counter = ctx.Value("i", 0)  # which core the next worker takes
   interrupts.share(stop)
+  started = 0  # workers started so far: the next one takes the next core
+
+  def start() -> _Worker:
+    nonlocal started
+    started += 1
+    return _Worker(ctx, stop, started - 1, train, deadline)
+
+  queue = list(jobs)
+  pool = [start() for _ in range(min(workers, len(queue)))]
+  failed: list[str] = []
   finished, interrupted = True, False
-  with ctx.Pool(min(workers, len(jobs)), initializer=_worker_init,
-                initargs=(os.getpid(), stop, counter)) as pool:
-    tasks = [(job, pool.apply_async(_worker_task, (train, job, deadline))) for job in jobs]
-    for job, task in tasks:
-      try:
-        finished = task.get() and finished
-      except interrupts.Interrupted:
-        interrupted = True
-        continue
-      report(job)
-  if interrupted:
+  patience = 30  # seconds an idle worker gets to exit
+  try:
+    while True:
+      stopping = interrupted or interrupts.requested() is not None
+      for worker in pool:
+        if worker.job is None and queue and not stopping:
+          worker.job = queue.pop(0)
+          worker.conn.send(worker.job)
+      busy = [w for w in pool if w.job is not None]
+      if not busy:
+        break
+      connection.wait([w.conn for w in busy] + [w.process.sentinel for w in busy],
+                      timeout=POLL_SECONDS)
+      for worker in busy:
+        answer = worker.answer()
+        if answer is None:
+          continue
+        job, worker.job = worker.job, None
+        kind, value = answer
+        if kind == "finished":
+          finished = value and finished
+          report(job)
+        elif kind == "interrupted":
+          interrupted = True
+        else:
+          failed.append(f"[{job.label}] {value}")
+          log(f"[{job.label}] failed: {value}; the other runs go on")
+          if kind == "died":
+            pool.remove(worker)
+            worker.close()
+            if queue:
+              pool.append(start())
+  except BaseException:
+    # The driver itself failed (a report it could not write): every running
+    # run saves its checkpoint after its step before the error is raised.
+    stop.set()
+    patience = 600
+    raise
+  finally:
+    for worker in pool:
+      worker.close(patience)
+  if interrupted or interrupts.requested() is not None:
     raise interrupts.Interrupted(interrupts.requested() or signal.SIGTERM)
+  if failed:
+    raise RunsFailed(
+        f"{len(failed)} of {len(jobs)} runs failed: " + "; ".join(failed) + ". The others "
+        "finished and are reported; a failed run keeps its last checkpoint: re-run the "
+        "same command to resume it.")
   return finished

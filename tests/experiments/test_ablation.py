@@ -230,6 +230,66 @@ def test_ctrl_c_stops_every_worker_after_its_step_and_a_rerun_resumes_them(tmp_p
   assert len(_rows(workdir)) == 4
 
 
+def _worker_pids(driver_pid):
+  """The `--workers` processes of a driver: its spawned children, less
+  multiprocessing's resource tracker."""
+  pids = []
+  for pid in os.listdir("/proc"):
+    try:
+      with open(f"/proc/{pid}/stat") as f:
+        ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+      with open(f"/proc/{pid}/cmdline", "rb") as f:
+        cmdline = f.read()
+    except (OSError, ValueError, IndexError):
+      continue
+    if ppid == driver_pid and b"spawn_main" in cmdline:
+      pids.append(int(pid))
+  return pids
+
+
+@pytest.mark.slow  # two smoke runs in two workers, one killed, then resumed (~2 min)
+def test_a_killed_worker_is_named_the_other_run_finishes_and_a_rerun_resumes(tmp_path):
+  """`kill -9` of a worker (what the out-of-memory killer does) used to leave
+  the driver waiting forever with no message and no results."""
+  workdir = str(tmp_path / "w")
+  flags = ["--preset=smoke", "--arms=additive,multiplicative", "--dims=8", "--steps=200",
+           "--eval_every=100", "--diag_every=20", "--checkpoint_every=20", "--log_every=20",
+           "--workers=2"]
+  p = subprocess.Popen([sys.executable, "-m", "experiments.ablation", *flags,
+                        f"--workdir={workdir}"], cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True)
+  seen, at60 = [], set()
+  for line in p.stdout:  # both runs past a checkpoint
+    seen.append(line)
+    if "step 60/" in line:
+      at60.add(line.split("]")[0])
+      if len(at60) == 2:
+        break
+  victims = _worker_pids(p.pid)
+  assert len(victims) == 2, victims
+  os.kill(victims[0], signal.SIGKILL)
+  out, err = p.communicate(timeout=600)
+  out = "".join(seen) + out
+  assert p.returncode == 1, err[-3000:]
+  errors = [l for l in err.splitlines() if l.startswith("error:")]
+  assert len(errors) == 1 and "Traceback" not in err, err[-3000:]
+  assert "1 of 2 runs failed: [" in errors[0] and "killed by SIGKILL" in errors[0]
+  dead = errors[0].split("failed: [")[1].split(" d=")[0]
+  alive = ({"additive", "multiplicative"} - {dead}).pop()
+  assert f"[{dead} d=8] failed: its worker process was killed by SIGKILL" in out
+  # The other run finished and was reported; the killed one kept its checkpoint.
+  assert {r["arm"] for r in _rows(workdir)} == {alive}
+  assert os.path.exists(os.path.join(workdir, "table.md"))
+  run = os.path.join(workdir, "runs", f"{dead}_d8")
+  assert not os.path.exists(os.path.join(run, "result.json"))
+  assert os.listdir(os.path.join(run, "checkpoints"))
+  rerun = _driver("ablation", *flags, f"--workdir={workdir}")
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert rerun.stdout.count("resumed at step") == 1
+  assert f"[{alive} d=8] finished earlier; skipped" in rerun.stdout
+  assert len(_rows(workdir)) == 4
+
+
 @pytest.mark.slow  # about 90 s on 2 cores: in `make test-all`, out of the 10-minute default suite
 def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
   """A larger --steps on a finished run (constant schedule) continues it from
