@@ -7,6 +7,7 @@ After every step, in this order (each also after the last step):
   `log_every`         a progress line (losses, target tokens/s, ETA)
   `diag_every`        softmax diagnostics of a fixed validation batch
   `eval_every`        validation BLEU and perplexity; each member keeps its best
+                      (higher BLEU; at equal BLEU, lower perplexity)
   `checkpoint_every`  a checkpoint, then the deadline: past it, training pauses
   every step          SIGTERM or Ctrl-C: a checkpoint (if this step has none), stop
 """
@@ -43,6 +44,20 @@ class GroupResult:
   # The final test translations: {"references": [N], "hypotheses": [E][N]}
   # (detokenised), kept for significance tests between runs.
   translations: dict[str, Any] | None = None
+
+
+def improved(scores: np.ndarray, ppl: np.ndarray, best_bleu: np.ndarray,
+             best_ppl: np.ndarray) -> np.ndarray:
+  """`[E]` bool: the members whose validation beats their best so far.
+
+  Higher BLEU wins; equal BLEU and strictly lower perplexity wins too. Why
+  the tie-break: validation BLEU ties often (every early checkpoint of a
+  collapsed arm scores 0), and keeping the first of tied checkpoints compared
+  two arms at different steps; the lower perplexity is the better model at
+  equal BLEU. A NaN anywhere (a diverged member's score, a best perplexity
+  not known, `TrainState.restored`) compares false: never better.
+  """
+  return (scores > best_bleu) | ((scores == best_bleu) & (ppl < best_ppl))
 
 
 @jax.jit  # compiled, so that with several processes the result is one global array
@@ -128,14 +143,16 @@ class RunActions:
     return state, None
 
   def validate(self, state: TrainState):
-    """Validation BLEU and perplexity; a member whose BLEU improved keeps
-    these parameters as its best."""
+    """Validation BLEU and perplexity; a member whose validation improved
+    (`improved`: higher BLEU, or equal BLEU and lower perplexity) keeps these
+    parameters as its best."""
     start = time.time()
     state = self.trainer.check_params(state, self.log)  # the loss predates this step's update
     scores, ppl = self.evaluator.validate(state.params, state.diverged_at == 0)
-    better = scores > state.best_bleu
+    better = improved(scores, ppl, state.best_bleu, state.best_ppl)
     state = state.replace(
         best_bleu=np.where(better, scores, state.best_bleu),
+        best_ppl=np.where(better, ppl, state.best_ppl),
         best_step=np.where(better, state.step, state.best_step),
         best_params=keep_better(self.trainer.placement.replicated(better), state.params,
                                 state.best_params))
