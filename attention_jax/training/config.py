@@ -27,6 +27,9 @@ SCHEDULES = ("constant", "cosine")
 
 
 MAX_LEARNING_RATE = 1.0
+# A memory budget above this (1 PiB) is no machine's; its byte count, made an
+# integer, overflowed (1e300 GiB is an infinite float).
+MAX_EVAL_MEMORY_GB = 2.0**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +183,9 @@ class ExperimentConfig:
     if not 0 < self.learning_rate <= MAX_LEARNING_RATE:
       raise ValueError(f"`learning_rate` must be in (0, {MAX_LEARNING_RATE}], "
                        f"got {self.learning_rate!r}.")
+    if self.eval_memory_gb > MAX_EVAL_MEMORY_GB:
+      raise ValueError(f"`eval_memory_gb` must be at most {MAX_EVAL_MEMORY_GB:,.0f} (1 PiB), "
+                       f"got {self.eval_memory_gb!r}.")
     if not 0.0 <= self.adam_b2 < 1.0:
       raise ValueError(f"`adam_b2` must be in [0, 1), got {self.adam_b2!r}.")
     if self.clip_norm <= 0:

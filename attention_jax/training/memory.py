@@ -1,8 +1,9 @@
 """Memory of a sweep point, measured before it is allocated.
 
-Two questions, asked before any work that could be lost: does the training
-state of a point fit (`check_memory`, from `jax.eval_shape` of the model's
-construction), and how many sentences per evaluation batch fit the
+Two questions, asked before any work that could be lost: do the training
+state of a point and its training batch fit (`check_memory`, from
+`jax.eval_shape` of the model's construction and a lower bound of the
+batch's logits), and how many sentences per evaluation batch fit the
 evaluation budget (`largest_fitting_batch` over `program_bytes` of the
 traced program)?
 """
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Callable
 from flax import nnx
 import jax
 import numpy as np
+
+from attention_jax.data import batching
 
 if TYPE_CHECKING:
   from attention_jax.training.run_config import RunConfig
@@ -124,24 +127,73 @@ def state_bytes(run: RunConfig, data) -> tuple[int, int]:
   return count, size * COPIES_PER_PARAMETER * run.seeds
 
 
+def step_bytes(run: RunConfig, data) -> int:
+  """A lower bound on the bytes one training step holds besides the state,
+  linear in `--batch_size`: two arrays every model keeps from its forward
+  pass until its backward pass needs them, so both are held when the
+  backward pass starts: the output logits (float32: the loss's softmax is
+  float32 whatever `--dtype`), one row of the vocabulary per target
+  position, and the encoder's output (the gradient of the first attention
+  projection reads it), 2 × `hidden_dim` per source position for the
+  bidirectional RNN, `d_model` for the Transformer. Counted for each of
+  `seeds` members, float32, at the narrowest padded length a training batch
+  can have (`batching.padded_length` of the shortest pair, + <eos>: a
+  batch's sources and targets share one length). The step holds gradients
+  and every other activation besides, so a batch refused by this bound
+  cannot fit and no batch that could fit is refused."""
+  sources, targets = data.token_ids("train")
+  shortest = int(np.maximum(sources.lengths, targets.lengths).min(initial=1))
+  width = int(batching.padded_length(shortest + 1))
+  model = run.model
+  encoder = 2 * model.hidden_dim if model.name == "rnn" else model.d_model
+  per_position = int(data.tokenizer.vocab_size) + encoder
+  return 4 * run.seeds * run.data.batch_size * width * per_position
+
+
+def _size(n: float) -> str:
+  """Bytes as a message shows them: GiB, or MiB below one GiB (a share of
+  the memory divided among many --workers printed as '0.0 GiB')."""
+  return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
+
+
 def check_memory(run: RunConfig, data, available: int | None = None) -> None:
-  """A ValueError of one line, naming the size flags, if the training state
-  of the point `run` (`state_bytes`) exceeds the memory it would live in
-  (`training_memory()` unless `available` is given), shared by the
-  `run.workers` processes that train at once. Called before anything is
+  """A ValueError of one line, naming the flags to change, if the point
+  `run` cannot fit in the memory it would live in (`training_memory()`
+  unless `available` is given), shared by the `run.workers` processes that
+  train at once: its training state (`state_bytes`) and one training step's
+  batch (`step_bytes`, a lower bound), or an evaluation budget
+  (`--eval_memory_gb`) larger than that share. Called before anything is
   made: a size that cannot fit ends in one line and no workdir, not in an
   out-of-memory traceback after the workdir was made."""
-  count, need = state_bytes(run, data)
+  count, state = state_bytes(run, data)
+  step = step_bytes(run, data)
   available = training_memory() if available is None else available
   share = max(run.workers, 1)
-  if need > available / share:
-    shared = f", shared by {share} --workers" if share > 1 else ""
+  shared = f", shared by {share} --workers" if share > 1 else ""
+  if state + step > available / share:
     raise ValueError(
         f"{run.arm.label}: {run.seeds} seed(s) of {count:,} parameters need "
-        f"{need / 2**30:,.1f} GiB for the parameters, Adam moments and best copy alone, "
-        f"over the {available / 2**30:,.1f} GiB of memory available{shared}; lower --dims "
-        "(--dim of experiments.train), --hidden_dim, --embed_dim, --ff_dim, --vocab_size "
-        "or --seeds.")
+        f"{_size(state)} for the parameters, Adam moments and best copy, and a training "
+        f"batch of {run.data.batch_size:,} sentences at least {_size(step)} for its logits and "
+        f"encoder output, over the {_size(available / share)} of memory available{shared}; "
+        f"{_advice(state, step, available, share)}.")
+  budget = run.evaluation.eval_memory_gb * 2**30
+  if budget > available / share:
+    raise ValueError(
+        f"--eval_memory_gb={run.evaluation.eval_memory_gb:g} is over the "
+        f"{_size(available / share)} of memory available{shared}; lower it (0 = half of "
+        "that).")
+
+
+def _advice(state: int, step: int, available: float, share: int) -> str:
+  """Which flags would make a refused point fit: fewer --workers where one
+  process alone would fit, else the flags that size the larger part."""
+  if share > 1 and state + step <= available:
+    return "lower --workers (one of them alone fits)"
+  if step > state:
+    return "lower --batch_size or --seeds"
+  return ("lower --dims (--dim of experiments.train), --hidden_dim, --embed_dim, --ff_dim, "
+          "--vocab_size or --seeds")
 
 
 def training_memory() -> int:

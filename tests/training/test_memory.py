@@ -1,0 +1,105 @@
+"""Sizes refused before any work (`training/memory.py`): a training batch
+that cannot fit, an evaluation budget over the memory, and the memory's
+share per process counted by the runs that train at once."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from attention_jax.data import batching
+from attention_jax.data import input_pipeline
+from attention_jax.training import config
+from attention_jax.training import memory
+from attention_jax.training import sweep
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _point(arm="additive", **changes):
+  cfg = config.from_preset("smoke", arms=(arm,), dims=(8,), **changes)
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  return cfg.point(config.Arm.of(arm, 8)), data
+
+
+def test_a_training_batch_is_counted_by_its_logits_and_encoder_output_at_its_narrowest():
+  run, data = _point(seeds=2, batch_size=32)
+  sources, targets = data.token_ids("train")
+  shortest = min(max(s, t) for s, t in zip(sources.lengths, targets.lengths))
+  width = int(batching.padded_length(int(shortest) + 1))
+  # The logits (a vocabulary per target position) and the bidirectional
+  # encoder's output (2 x 32 per source position), float32, for 2 members.
+  assert memory.step_bytes(run, data) == (
+      4 * 2 * 32 * width * (data.tokenizer.vocab_size + 2 * 32))
+  transformer, _ = _point("scaled_dot", seeds=2, batch_size=32, model="transformer",
+                          hidden_dim=16, num_heads=2)  # d_model 16
+  assert memory.step_bytes(transformer, data) == (
+      4 * 2 * 32 * width * (data.tokenizer.vocab_size + 16))
+  # Linear in the batch: ten million sentences are terabytes, counted, not allocated.
+  huge, _ = _point(seeds=2, batch_size=10_000_000)
+  assert memory.step_bytes(huge, data) == memory.step_bytes(run, data) * 312_500
+
+
+def test_a_batch_too_large_names_batch_size_and_a_small_share_names_workers():
+  run, data = _point(batch_size=10_000_000)
+  with pytest.raises(ValueError) as info:  # ~56 GB at least
+    memory.check_memory(run, data, available=2**34)
+  assert "--batch_size" in str(info.value) and "--dims" not in str(info.value)
+  assert "10,000,000 sentences" in str(info.value) and "\n" not in str(info.value)
+  # One process alone fits; a hundred thousand of them do not.
+  run, data = _point(workers=100_000)
+  need = memory.state_bytes(run, data)[1] + memory.step_bytes(run, data)
+  with pytest.raises(ValueError) as info:
+    memory.check_memory(run, data, available=2 * need)
+  message = str(info.value)
+  assert "lower --workers" in message and "shared by 100000 --workers" in message
+  assert "--dims" not in message and "0.0 GiB" not in message  # MiB below a GiB
+
+
+def test_an_evaluation_budget_over_the_memory_is_refused():
+  run, data = _point(eval_memory_gb=64.0)
+  memory.check_memory(run, data, available=64 * 2**30)
+  with pytest.raises(ValueError, match=r"--eval_memory_gb=64 is over the 63\.0 GiB"):
+    memory.check_memory(run, data, available=63 * 2**30)
+  with pytest.raises(ValueError, match="eval_memory_gb"):
+    config.from_preset("smoke", eval_memory_gb=1e300)  # its bytes overflowed an integer
+
+
+def test_the_memory_is_shared_by_the_runs_that_train_at_once_not_by_the_flag(tmp_path,
+                                                                             monkeypatch):
+  seen = []
+
+  def check(run, data, available=None):
+    seen.append(run.workers)
+    raise ValueError("refused")
+
+  monkeypatch.setattr(memory, "check_memory", check)
+  cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8,),
+                           workers=100_000)
+  for axes, runs in (((), 2), ((("learning_rate", (1e-3, 3e-3)),), 4)):
+    seen.clear()
+    with pytest.raises(ValueError, match="refused"):
+      sweep.run(cfg, str(tmp_path / "w"), axes=axes)
+    assert seen == [runs]
+  seen.clear()
+  with pytest.raises(ValueError, match="refused"):
+    sweep.run(cfg.replace(workers=3), str(tmp_path / "w"),
+              axes=(("learning_rate", (1e-3, 3e-3)),))
+  assert seen == [3]
+  assert not (tmp_path / "w").exists()
+
+
+# A billion sentences need 5.6 TB at least, over any machine's memory.
+@pytest.mark.parametrize("flag,needle", [("--batch_size=1000000000", "--batch_size"),
+                                         ("--eval_memory_gb=1e300", "eval_memory_gb"),
+                                         ("--eval_memory_gb=1000000", "--eval_memory_gb")])
+def test_a_size_the_memory_check_let_through_is_one_line_and_no_workdir(tmp_path, flag,
+                                                                        needle):
+  proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                         "--arms=additive", "--dims=8", flag, f"--workdir={tmp_path / 'w'}"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=300)
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode != 0 and len(err) == 1, proc.stderr[-3000:]
+  assert err[0].startswith("error:") and needle in err[0]
+  assert not (tmp_path / "w").exists()
