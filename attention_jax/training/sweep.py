@@ -133,10 +133,6 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
   # sweep has, whatever `--workers` says (`memory.check_memory`, evaluation budgets).
   cfg = cfg.replace(workers=min(cfg.workers, len(plan.jobs())))
   plan = Plan.of(cfg, workdir, axes)
-  # The memory is shared by the runs that train at once, never more than the
-  # sweep has, whatever `--workers` says (`memory.check_memory`, evaluation budgets).
-  cfg = cfg.replace(workers=min(cfg.workers, len(plan.jobs())))
-  plan = Plan.of(cfg, workdir, axes)
   data_sets = datasets_lib.Datasets()
   if data is not None:
     data_sets.put(cfg, data)

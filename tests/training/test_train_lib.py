@@ -163,8 +163,16 @@ def test_a_run_resumed_from_its_checkpoint_gives_the_uninterrupted_runs_numbers(
   trainer = _trainer(cfg, "additive", data, (0, 1))
   _, meta = checkpoints.Checkpointer(str(tmp_path / "pieces" / "checkpoints")).restore_latest(
       trainer.state.arrays())
-  assert list(meta) == ["step", "train_seconds", "best_bleu", "best_step", "diverged_at"]
+  assert list(meta) == ["step", "train_seconds", "best_bleu", "best_step", "diverged_at",
+                        "best_ppl"]
   assert meta["step"] == 2 and meta["best_step"] == [2, 2] and meta["diverged_at"] == [0, 0]
+  # A checkpoint written before best perplexities were kept gets them back
+  # from the metrics log (6 significant digits there).
+  history = metrics_log.MetricsLog(str(tmp_path / "pieces" / "metrics.jsonl"),
+                                   write=False).read()
+  older = {k: v for k, v in meta.items() if k != "best_ppl"}
+  np.testing.assert_allclose(train_lib.with_logged_best_ppl(older, history, (0, 1))["best_ppl"],
+                             meta["best_ppl"], rtol=5e-6)
   lines = []
   resumed = trainer.run(str(tmp_path / "pieces"), log=lines.append)
   assert "[additive d=8] resumed at step 2" in lines
