@@ -8,8 +8,9 @@ How a preset's values came to be is told in `results/HISTORY.md` and the
 results' READMEs, not here.
 """
 
-from attention_jax.training.presets import britz_wmt, gpu, quick, smoke, transformer
+from attention_jax.training.presets import (britz_wmt, gpu, quick, smoke, transformer,
+                                            transformer_lr_cpu)
 
 # In the order `--preset` lists them.
 ALL = {module.__name__.rsplit(".", 1)[-1]: module.OVERRIDES
-       for module in (smoke, quick, transformer, gpu, britz_wmt)}
+       for module in (smoke, quick, transformer, transformer_lr_cpu, gpu, britz_wmt)}
