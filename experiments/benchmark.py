@@ -40,6 +40,7 @@ This file is the command line only: flags -> `Settings` (preset + flags given)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -99,6 +100,8 @@ def main(argv):
     _fail(str(e))
   try:
     common.check_output_dir("workdir", FLAGS.workdir)
+    if FLAGS.report_only:
+      check_report_only(FLAGS.workdir)
     os.makedirs(FLAGS.workdir, exist_ok=True)
     with workdir_lock.WorkdirLock(FLAGS.workdir, log=print):
       measure(settings, FLAGS.workdir, command=" ".join(sys.argv[1:]),
@@ -108,6 +111,16 @@ def main(argv):
     _fail(str(e))
   except OSError as e:  # a full disk: the rows measured so far are on disk
     _fail(f"{FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
+
+
+def check_report_only(workdir: str) -> None:
+  """A ValueError naming the file unless `workdir` holds a benchmark.jsonl
+  to report: `--report_only` on an empty folder wrote an empty report and
+  said every case 'was there already'."""
+  path = os.path.join(workdir, "benchmark.jsonl")
+  if not os.path.exists(path):
+    raise ValueError(f"`--report_only`: {path} does not exist, so there is nothing to report; "
+                     "drop --report_only to measure.")
 
 
 def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
@@ -127,12 +140,15 @@ def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
   logging.info("machine: %s", machine)
   path = os.path.join(workdir, "benchmark.jsonl")
   run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{os.getpid()}"
-  earlier = resume.read_rows(path) if (resume_rows or report_only) else []
+  earlier = jsonl.read_rows(path) if (resume_rows or report_only) else []
   progress = resume.Progress(earlier, machine, max_minutes=max_minutes,
                              report_only=report_only)
   new_rows = 0
   stopped = False
-  with jsonl.appending(path, machine, run_id) as append:
+  # `--report_only` leaves benchmark.jsonl as it is (not even a cut line ended).
+  appending = contextlib.nullcontext(None) if report_only else jsonl.appending(
+      path, machine, run_id)
+  with appending as append:
 
     def write(row: dict) -> None:
       nonlocal new_rows
@@ -146,11 +162,19 @@ def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
     except resume.OutOfTime:
       stopped = True
   rows = progress.rows_asked()
+  if report_only and not rows:
+    raise ValueError(f"`--report_only`: {path} holds no rows of these settings measured on "
+                     f"this device ({machine['platform']}, {machine['device_kind']}); nothing "
+                     "to report.")
   files.atomic_write(os.path.join(workdir, "benchmark.md"),
                            report.markdown_tables(rows, machine, command))
   for name in report.plot(rows, workdir):
     print(f"wrote {os.path.join(workdir, name)}")
   missing = progress.missing_count()
+  if report_only:
+    print(f"wrote benchmark.md from {len(rows)} rows of {path}"
+          + (f"; {missing} measurements of these settings are not there" if missing else ""))
+    return 0
   print(f"appended {new_rows} rows (run {run_id}) to {path}; {progress.skipped_cases} cases "
         f"were there already; wrote benchmark.md ({len(rows)} rows)")
   if stopped:

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 
 from attention_jax.training import files
 from attention_jax.training import reporting
+from attention_jax.training import rundir
 from attention_jax.training import significance as significance_lib
 from attention_jax.training.config import Arm
 from attention_jax.training.config import ExperimentConfig
@@ -102,11 +103,8 @@ def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
   if (cached is not None and cached.get("digest") == digest
       and cached.get("format", 1) == significance_lib.FORMAT):
     return cached["result"]
-  remedy = ("delete it and that run's result.json, and re-run the same command to "
-            "evaluate the run again")
-  result = significance_lib.compare_runs(
-      files.read_json(base_run.translations, dict, remedy),
-      files.read_json(run.translations, dict, remedy))
+  # Read and checked as a pair: a damaged file, or references that differ, named.
+  result = significance_lib.compare_runs(*rundir.translations_to_compare(base_run, run))
   files.atomic_write(run.significance, files.to_json(
       {"baseline": base, "digest": digest, "format": significance_lib.FORMAT,
        "result": result}))

@@ -109,6 +109,88 @@ def wrong_value(old: dict, fp: dict) -> str | None:
   return None
 
 
+# What a result row holds for the reports, by kind (`row_problem`); numbers
+# may be null (a diverged member has no BLEU, an old row no time).
+_ROW_TEXT = ("arm",)
+_ROW_INTEGERS = ("dim", "seed", "params")
+_ROW_NUMBERS = ("steps", "train_seconds", "val_bleu", "best_step", "test_bleu", "val_ppl",
+                "diverged_at_step")
+
+_TRANSLATIONS_REMEDY = ("delete it and that run's result.json, and re-run the same command to "
+                        "evaluate the run again")
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def row_problem(index: int, row) -> str | None:
+  """What makes `row` (the `index`-th of a result.json) unreadable to the
+  reports, in a few words; None if nothing. A row of another shape failed
+  tens of lines deep in the table code, naming no file."""
+  if not isinstance(row, dict):
+    return f"row {index} is {_kind(row)}, not an object"
+  for key in _ROW_TEXT + _ROW_INTEGERS:
+    if key not in row:
+      return f"row {index} has no `{key}`"
+  for key in _ROW_TEXT:
+    if not isinstance(row[key], str):
+      return f"row {index}: `{key}` is {row[key]!r}, not a string"
+  for key in _ROW_INTEGERS:
+    if not isinstance(row[key], int) or isinstance(row[key], bool):
+      return f"row {index}: `{key}` is {row[key]!r}, not an integer"
+  for key in _ROW_NUMBERS:
+    if row.get(key) is not None and not _is_number(row[key]):
+      return f"row {index}: `{key}` is {row[key]!r}, not a number"
+  diagnostics = row.get("diagnostics", {})
+  if not isinstance(diagnostics, dict):
+    return f"row {index}: `diagnostics` is {_kind(diagnostics)}, not an object"
+  for key, value in diagnostics.items():
+    if value is not None and not _is_number(value):
+      return f"row {index}: diagnostic `{key}` is {value!r}, not a number"
+  return None
+
+
+def _lines(value) -> bool:
+  return isinstance(value, list) and all(isinstance(line, str) for line in value)
+
+
+def translations_problem(value: dict) -> str | None:
+  """What makes `value` (a test_translations.json) unusable for the paired
+  test, in a few words; None if nothing: references a non-empty list of
+  lines, and for each member its hypotheses, as many lines, or null."""
+  references, hypotheses = value.get("references"), value.get("hypotheses")
+  if not _lines(references) or not references:
+    return "`references` is not a non-empty list of lines"
+  if not isinstance(hypotheses, list) or not hypotheses:
+    return "`hypotheses` is not a non-empty list (one per seed)"
+  for member, lines in enumerate(hypotheses):
+    if lines is None:
+      continue  # a diverged member
+    if not _lines(lines):
+      return f"the hypotheses of member {member} are not a list of lines"
+    if len(lines) != len(references):
+      return (f"member {member} has {len(lines)} hypotheses for {len(references)} "
+              "references")
+  return None
+
+
+def translations_to_compare(base: RunDir, other: RunDir) -> tuple[dict, dict]:
+  """The test translations of the runs `base` and `other` (`test_translations`),
+  which must be of the same references: a ValueError of one line naming both
+  files if not (one was cut or comes from another test set)."""
+  first, second = base.test_translations(), other.test_translations()
+  if first["references"] != second["references"]:
+    differ = ("a different number of references "
+              f"({len(first['references'])} and {len(second['references'])})"
+              if len(first["references"]) != len(second["references"])
+              else "different references")
+    raise ValueError(f"{base.translations} and {other.translations} hold {differ}, so their "
+                     "runs cannot be compared; delete the wrong one and its run's "
+                     "result.json, and re-run the same command to evaluate that run again.")
+  return first, second
+
+
 class _Name:
   """A file of a folder type, by name: on an instance, its path there."""
 
@@ -141,10 +223,27 @@ class RunDir:
     return os.path.exists(self.result)
 
   def rows(self) -> list[dict]:
-    """The finished run's rows, one per seed."""
-    return files.read_json(
-        self.result, list, "delete it and re-run the same command to evaluate that run again "
-        "from its last checkpoint")
+    """The finished run's rows, one per seed; a ValueError of one line naming
+    the file if it holds none, or a row the reports could not read
+    (`row_problem`)."""
+    remedy = ("delete it and re-run the same command to evaluate that run again from its "
+              "last checkpoint")
+    rows = files.read_json(self.result, list, remedy)
+    problem = "it holds no rows" if not rows else next(
+        filter(None, (row_problem(i, row) for i, row in enumerate(rows))), None)
+    if problem is not None:
+      raise ValueError(f"{self.result} is damaged ({problem}); {remedy}.")
+    return rows
+
+  def test_translations(self) -> dict:
+    """The run's stored test outputs, `{"references": [N], "hypotheses":
+    [seeds][N] (None for a diverged member)}`; a ValueError of one line
+    naming the file if they are not of that shape (`translations_problem`)."""
+    value = files.read_json(self.translations, dict, _TRANSLATIONS_REMEDY)
+    problem = translations_problem(value)
+    if problem is not None:
+      raise ValueError(f"{self.translations} is damaged ({problem}); {_TRANSLATIONS_REMEDY}.")
+    return value
 
   def check(self, fp: dict, write: bool = True) -> int | None:
     """Refuses a folder made with other settings than `fp`; records them in a

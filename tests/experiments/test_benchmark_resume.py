@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from experiments.benchmarks import jsonl
 from experiments.benchmarks import kernels
 from experiments.benchmarks import resume
 from experiments.benchmarks import settings as settings_lib
@@ -114,3 +115,67 @@ def test_max_minutes_flag_is_checked_before_any_work(tmp_path):
                      capture_output=True, text=True, timeout=300)
   assert p.returncode != 0 and "error: `--max_minutes` must be > 0" in p.stderr
   assert not (tmp_path / "w").exists()
+
+
+def _errors(proc):
+  """The lines of stderr but absl's INFO and WARNING records (JAX's backend search)."""
+  return [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith(("I1", "W1"))]
+
+
+def _row_line(t, impl, **fields):
+  return json.dumps({**_case(t), "impl": impl, "status": "ok", "time_median_s": 1e-3,
+                     "time_min_s": 1e-3, "time_max_s": 1e-3, **MACHINE, **fields}) + "\n"
+
+
+@pytest.mark.parametrize("line,needle", [
+    ('[1, 2]\n', "a JSON list"),
+    (_row_line(16, "naive", time_median_s="abc"), "`time_median_s` is 'abc'"),
+    (_row_line(16, "naive", status=None), "`status` is None"),
+    (_row_line(16, "naive", causal="no"), "`causal`"),
+])
+def test_a_row_of_the_wrong_shape_is_named_with_its_line(tmp_path, line, needle):
+  # It crashed the report (a time of "abc" reached the number formatting).
+  path = tmp_path / "benchmark.jsonl"
+  path.write_text(_row_line(8, "naive") + '{"suite": "kernels", "impl": "cu\n' + line)
+  with pytest.raises(ValueError) as info:
+    jsonl.read_rows(str(path))
+  message = str(info.value)
+  assert f"{path} line 3 is damaged" in message and needle in message and "\n" not in message
+  before = path.read_text()
+  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+  err = _errors(proc)
+  assert proc.returncode == 1 and len(err) == 1 and f"{path} line 3" in err[0], proc.stderr
+  assert path.read_text() == before and not (tmp_path / "benchmark.md").exists()
+
+
+def test_a_line_cut_by_a_kill_is_skipped_and_good_rows_are_read(tmp_path):
+  path = tmp_path / "benchmark.jsonl"
+  path.write_text(_row_line(8, "naive") + '{"suite": "kernels", "impl": "cu\n'
+                  + _row_line(16, "naive", time_median_s=None, status="skipped"))
+  assert [r["seq_len"] for r in jsonl.read_rows(str(path))] == [8, 16]
+  assert jsonl.read_rows(str(tmp_path / "none.jsonl")) == []
+
+
+def test_report_only_without_rows_to_report_is_one_line_and_writes_nothing(tmp_path):
+  # It wrote an empty report, said '4 cases were there already' and exited 0.
+  for workdir in (tmp_path / "absent", tmp_path):
+    proc = subprocess.run(_command(workdir, "--report_only"), cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    err = _errors(proc)
+    assert proc.returncode == 1 and len(err) == 1, proc.stderr
+    assert str(workdir / "benchmark.jsonl") in err[0] and "nothing to report" in err[0]
+  assert os.listdir(tmp_path) == []  # no folder made, no file written
+  # Rows of other settings only (T = 64): still nothing of these settings.
+  (tmp_path / "benchmark.jsonl").write_text(_row_line(64, "naive"))
+  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+  err = _errors(proc)
+  assert proc.returncode == 1 and len(err) == 1 and "holds no rows of these settings" in err[0]
+  # Two of the 8 measurements there: reported as such, the file untouched.
+  (tmp_path / "benchmark.jsonl").write_text(_row_line(8, "naive") + _row_line(8, "scaled_dot"))
+  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "wrote benchmark.md from 2 rows" in proc.stdout and "6 measurements" in proc.stdout
+  assert "were there already" not in proc.stdout and len(_rows(tmp_path)) == 2

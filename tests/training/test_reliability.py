@@ -331,6 +331,47 @@ def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damag
     _one_line_failure(proc, path, "damaged")
 
 
+def _cut_translations(value):
+  """The last test sentence gone from the references and every member's
+  outputs alike: a file that is whole JSON, consistent in itself, of
+  another test set than the baseline's."""
+  return {"references": value["references"][:-1],
+          "hypotheses": [h[:-1] for h in value["hypotheses"]]}
+
+
+@pytest.mark.parametrize("name,change,needle", [
+    ("result.json", lambda rows: [1, 2], "row 0 is an integer"),
+    ("result.json", lambda rows: [], "holds no rows"),
+    ("result.json", lambda rows: [rows[0], {**rows[1], "test_bleu": "abc"}],
+     "row 1: `test_bleu` is 'abc'"),
+    ("result.json", lambda rows: [{**rows[0], "seed": None}], "`seed` is None"),
+    ("test_translations.json", lambda v: {**v, "hypotheses": [v["hypotheses"][0], ["x"]]},
+     "member 1 has 1 hypotheses for 3 references"),
+    ("test_translations.json", lambda v: {**v, "references": "abc"}, "`references`"),
+    ("test_translations.json", _cut_translations, "a different number of references (3 and 2)"),
+])
+def test_a_run_file_of_the_wrong_shape_is_named_in_one_line(tmp_path, name, change, needle):
+  # Each was a traceback, an error naming no file ("scored on different
+  # references"), or (`[]`) a '–' in the table beside a significance row.
+  cfg, workdir = _finished_workdir(tmp_path)
+  path = os.path.join(workdir, "runs", "multiplicative_d8", name)
+  with open(path) as f:
+    value = change(json.load(f))
+  with open(path, "w") as f:
+    json.dump(value, f)
+  with pytest.raises(ValueError) as info:
+    sweep.report_only(cfg, workdir)
+  message = str(info.value)
+  assert path in message and needle in message and "\n" not in message
+  if needle.startswith("a different number"):  # both files named: either may be the cut one
+    assert os.path.join(workdir, "runs", "additive_d8", name) in message
+  if value == [1, 2]:  # and the driver says so in one line
+    proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                           f"--arms={','.join(_ARMS)}", "--dims=8", "--report_only",
+                           f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
+    _one_line_failure(proc, path, "damaged")
+
+
 @pytest.mark.parametrize("steps", ['"20"', "null", "true", "[20]"])
 def test_a_setting_of_the_wrong_kind_in_config_json_is_named_in_one_line(tmp_path, steps):
   # Compared as it is, "20" or null was a TypeError 34 lines deep in the
