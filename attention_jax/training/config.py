@@ -68,10 +68,16 @@ FAMILIES = {"rnn": "the RNN Seq2Seq (--model=rnn)",
             "transformer": "the Transformer (--model=transformer)"}
 
 
-def flag_field(default, help_text: str, family: str | None = None):
-  """A config field with its flag help, and the model family it applies to
-  (None: both); a flag of the other family is refused (`check_family`)."""
-  return dataclasses.field(default=default, metadata={"help": help_text, "family": family})
+def flag_field(default, help_text: str, family: str | None = None,
+               changes_numbers: bool = True):
+  """A config field with its flag help, the model family it applies to
+  (None: both; a flag of the other family is refused, `check_family`), and
+  whether it changes a run's numbers: one that does not (`changes_numbers=
+  False`, listed by `NO_NUMBERS`) is left out of a run's identity, so a run
+  resumes under another value (`rundir.RESUMABLE_FIELDS`), and cannot be a
+  `--sweep` axis, whose points would be the same runs (`UNSWEEPABLE`)."""
+  return dataclasses.field(default=default, metadata={
+      "help": help_text, "family": family, "changes_numbers": changes_numbers})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,10 +95,10 @@ class ExperimentConfig:
   seeds: int = flag_field(4, "runs per (arm, dim), trained together as one program")
   additive_max_dim: int = flag_field(
       0, "largest dimension at which the additive arm runs (0 = all of --dims): per "
-      "query it evaluates a tanh of a values for every key")
+      "query it evaluates a tanh of a values for every key", changes_numbers=False)
   baseline: str = flag_field(
       "", "arm every other arm is tested against at the same dimension ('' = additive "
-      "when swept, else the first arm)")
+      "when swept, else the first arm)", changes_numbers=False)
   # --- model ---
   model: str = flag_field("rnn", "'rnn' (Britz Seq2Seq, Luong-style decoder) or 'transformer'")
   cell: str = flag_field("gru", "RNN cell: 'gru' or 'lstm'", family="rnn")
@@ -110,7 +116,8 @@ class ExperimentConfig:
   dtype: str = flag_field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
   # --- data ---
   dataset: str = flag_field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
-  data_dir: str = flag_field("", "prepared-data folder ('' = the default cache folder)")
+  data_dir: str = flag_field("", "prepared-data folder ('' = the default cache folder)",
+                             changes_numbers=False)
   vocab_size: int = flag_field(8000, "joint SentencePiece vocabulary (ignored by synthetic tasks)")
   max_length: int = flag_field(64, "drop training pairs longer than this many tokens")
   batch_size: int = flag_field(64, "sentences per batch (all seeds see the same batches)")
@@ -131,18 +138,20 @@ class ExperimentConfig:
   eval_every: int = flag_field(2000, "steps between validation-BLEU evaluations (best one is kept)")
   eval_batch_size: int = flag_field(
       256, "largest number of sentences per evaluation batch (perplexity and decoding); "
-      "smaller where a batch would not fit in --eval_memory_gb")
+      "smaller where a batch would not fit in --eval_memory_gb", changes_numbers=False)
   eval_memory_gb: float = flag_field(
       0.0, "memory one evaluation program may use, GiB (0 = half the memory available "
-      "when the run starts, shared by the --workers)")
+      "when the run starts, shared by the --workers)", changes_numbers=False)
   eval_examples: int = flag_field(0, "validation sentences used during training (0 = all)")
   test_examples: int = flag_field(0, "test sentences for the final BLEU (0 = all)")
   diag_every: int = flag_field(200, "steps between softmax diagnostics (K)")
   checkpoint_every: int = flag_field(1000, "steps between Orbax checkpoints")
-  log_every: int = flag_field(100, "steps between progress lines")
+  log_every: int = flag_field(100, "steps between progress lines", changes_numbers=False)
   max_minutes: float = flag_field(
-      0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit")
-  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one process on one core each")
+      0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit",
+      changes_numbers=False)
+  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one process on one core each",
+                            changes_numbers=False)
 
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)
@@ -230,10 +239,17 @@ def check_family(model: str, given) -> None:
                        f"--model={model}; leave it out.")
 
 
+# Fields that change no run's numbers (`flag_field`): the evaluation batch only
+# groups sentences (it is chosen to fit in memory), the data folder holds the
+# same prepared data wherever it is, `additive_max_dim` and `baseline` choose
+# which runs are made and compared, the rest are bookkeeping.
+NO_NUMBERS = tuple(f.name for f in dataclasses.fields(ExperimentConfig)
+                   if not f.metadata["changes_numbers"])
+
 # Fields that cannot be a `--sweep` axis: `arms` and `dims` are the sweep's
-# own axes, and the rest do not change a run's numbers (or name its data).
-UNSWEEPABLE = ("arms", "dims", "max_minutes", "log_every", "workers", "data_dir",
-               "eval_batch_size", "eval_memory_gb")
+# own axes, and the rest do not change a run's numbers (each point would
+# train the same runs again).
+UNSWEEPABLE = ("arms", "dims") + NO_NUMBERS
 
 
 def parse_axis(text: str) -> tuple[str, tuple]:

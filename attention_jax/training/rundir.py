@@ -32,6 +32,7 @@ import dataclasses
 import json
 import os
 
+from attention_jax.training import config as config_lib
 from attention_jax.training import files
 from attention_jax.training import multihost
 from attention_jax.training import workdir_lock
@@ -40,9 +41,10 @@ from attention_jax.training.config import ExperimentConfig
 from attention_jax.training.config import GridPoint
 
 # Fields that do not change a run's numbers: a run resumes under other values.
-# (The evaluation batch only groups sentences; it is chosen to fit in memory.)
-RESUMABLE_FIELDS = ("arms", "dims", "max_minutes", "log_every", "workers", "eval_batch_size",
-                    "eval_memory_gb", "additive_max_dim", "baseline")
+# `arms` and `dims` are recorded as the run's own `arm` and `dim`; the others
+# are marked where they are defined (`config.NO_NUMBERS`), the one list that
+# `--sweep` also refuses.
+RESUMABLE_FIELDS = ("arms", "dims") + config_lib.NO_NUMBERS
 
 
 def _settings(cfg: ExperimentConfig) -> dict:

@@ -50,9 +50,34 @@ def test_the_fingerprint_is_every_setting_that_changes_numbers_as_json_gives_it_
   assert fp == json.loads(json.dumps(fp))  # what config.json holds compares equal
   assert fp["steps"] == cfg.steps and fp["learning_rate"] == cfg.learning_rate
   # Changing one of these must not restart a run: existing workdirs resume under them.
-  assert rundir.RESUMABLE_FIELDS == (
+  assert set(rundir.RESUMABLE_FIELDS) == {
       "arms", "dims", "max_minutes", "log_every", "workers", "eval_batch_size",
-      "eval_memory_gb", "additive_max_dim", "baseline")
+      "eval_memory_gb", "additive_max_dim", "baseline", "data_dir"}
+
+
+def test_the_fields_that_change_no_number_are_one_list_for_resuming_and_sweeping(tmp_path):
+  # They were two lists that disagreed: naming the default data folder with
+  # --data_dir refused a resume although --sweep rejected data_dir as changing
+  # nothing, and --sweep=baseline=a,b trained the same runs twice.
+  assert rundir.RESUMABLE_FIELDS == config.UNSWEEPABLE == ("arms", "dims") + config.NO_NUMBERS
+  for name in ("data_dir", "additive_max_dim", "baseline"):
+    assert name in config.NO_NUMBERS
+    with pytest.raises(ValueError, match=f"cannot vary `{name}`: it does not change"):
+      config.parse_axis(f"{name}=a,b" if name != "additive_max_dim" else f"{name}=8,16")
+  cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8,))
+  arm = config.Arm.of("additive", 8)
+  run = rundir.Workdir(str(tmp_path)).run(arm)
+  os.makedirs(run.path)
+  assert run.check(rundir.fingerprint(cfg, arm)) is None
+  for changes in ({"data_dir": str(tmp_path / "data")}, {"baseline": "multiplicative"},
+                  {"additive_max_dim": 8}):
+    assert run.check(rundir.fingerprint(cfg.replace(**changes), arm)) is None  # resumed
+  # A folder made when data_dir was part of a run's identity resumes too.
+  with open(run.config) as f:
+    recorded = json.load(f)
+  with open(run.config, "w") as f:
+    json.dump({**recorded, "data_dir": "/elsewhere"}, f)
+  assert run.check(rundir.fingerprint(cfg, arm)) is None
 
 
 def test_the_committed_grid_runs_still_match_the_command_that_made_them():
