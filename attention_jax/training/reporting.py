@@ -100,6 +100,107 @@ def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
   return "\n".join(lines) + "\n"
 
 
+# The Transformer's attention kinds, in the model's order (`transformer.
+# ATTENTION_KINDS`; not imported, so that reports need no model code).
+# `diagnostics.layer_metric` names their values `<stat>_<kind>_l<layer>`.
+KINDS = ("encoder_self", "decoder_self", "cross")
+# The per-kind statistics of the reports: (name, how the layers of a kind
+# are summarised, label). The summary takes the layer furthest towards
+# saturation (largest logit, largest saturated share, lowest entropy): a kind
+# fails where one of its layers does (in `dot` the decoder's first self
+# attention saturates before its second).
+KIND_STATS = (
+    ("max_logit", max, "largest attention logit"),
+    ("saturated", max, "share of query rows whose largest weight > 0.99"),
+    ("entropy", min, "entropy / log(#valid keys)"),
+)
+_SUMMARY = {stat: how for stat, how, _ in KIND_STATS}
+
+
+def layer_values(diagnostics: dict, stat: str, kind: str) -> dict[int, float]:
+  """`{layer: value}` of `stat` for the attention modules of `kind` in one
+  diagnostics dict (a metrics-log row, or a result row's `diagnostics`);
+  values logged as None (not finite) are left out."""
+  prefix = f"{stat}_{kind}_l"
+  return {int(k[len(prefix):]): float(v) for k, v in diagnostics.items()
+          if k.startswith(prefix) and k[len(prefix):].isdigit() and v is not None}
+
+
+def kind_value(diagnostics: dict, stat: str, kind: str) -> float | None:
+  """`stat` of `kind` summarised over its layers (`KIND_STATS`); None if
+  the dict has none (the RNN, or a value not finite in every layer)."""
+  values = layer_values(diagnostics, stat, kind).values()
+  return _SUMMARY[stat](values) if values else None
+
+
+def has_kinds(rows: Iterable[dict]) -> bool:
+  """Whether any row (a result row with `diagnostics`, or a metrics-log
+  row) holds per-kind values: a Transformer's; the RNN's have none."""
+  return any(layer_values(r.get("diagnostics") or r, stat, kind)
+             for r in rows for stat, _, _ in KIND_STATS for kind in KINDS)
+
+
+def with_kind_values(row: dict) -> dict:
+  """`row` with `<stat>_<kind>` (`kind_value`) for every per-kind statistic
+  of its diagnostics (its own fields for a metrics-log row), for the plots."""
+  diagnostics = row.get("diagnostics") or row
+  extra = {f"{stat}_{kind}": kind_value(diagnostics, stat, kind)
+           for stat, _, _ in KIND_STATS for kind in KINDS}
+  return {**row, **{k: v for k, v in extra.items() if v is not None}}
+
+
+def _fmt_stat(stat: str, x: float) -> str:
+  if stat == "saturated":
+    return f"{100 * x:.0f}%"
+  if stat == "entropy":
+    return f"{x:.3f}"
+  return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.1f}"  # logits: 14.5 to 25,184
+
+
+def kind_table(rows: Sequence[dict], arms: Sequence[str], values: Sequence, stat: str,
+               row_label: str = "dim", per_layer: bool = False) -> str:
+  """Markdown table of the end-of-training `stat` (a `KIND_STATS` name) of
+  every attention kind: a row per arm and row value (`r["dim"]`, as in
+  `britz_table`), a column per kind summarised over its layers
+  (`kind_value`), or with `per_layer` a column per kind and layer; each cell
+  the mean over seeds of the rows' `diagnostics`. Seeds whose run diverged
+  count in no mean and are named in the row; (arm, value) pairs without
+  rows are left out."""
+  kept, diverged = collections.defaultdict(list), collections.Counter()
+  for r in rows:
+    key = (r["arm"], r["dim"])
+    if r.get("diverged_at_step"):
+      diverged[key] += 1
+    else:
+      kept[key].append(r.get("diagnostics") or {})
+  every = [d for group in kept.values() for d in group]
+  if per_layer:
+    columns = sorted({(kind, layer) for d in every for kind in KINDS
+                      for layer in layer_values(d, stat, kind)},
+                     key=lambda c: (KINDS.index(c[0]), c[1]))
+    names = [f"{kind} l{layer}" for kind, layer in columns]
+    value_of = lambda d, c: layer_values(d, stat, c[0]).get(c[1])
+  else:
+    columns = [k for k in KINDS if any(layer_values(d, stat, k) for d in every)]
+    names = list(columns)
+    value_of = lambda d, c: kind_value(d, stat, c)
+  lines = [f"| arm | {row_label} | " + " | ".join(names) + " |",
+           "|---|---|" + "---|" * len(names)]
+  for arm in arms:
+    for v in values:
+      key = (arm, v)
+      group, n_div = kept.get(key, []), diverged[key]
+      if not group and not n_div:
+        continue
+      cells = []
+      for c in columns:
+        found = [x for x in (value_of(d, c) for d in group) if x is not None]
+        cells.append(_fmt_stat(stat, float(np.mean(found))) if found else "–")
+      label = arm + (f" ({n_div} of {n_div + len(group)} seeds diverged)" if n_div else "")
+      lines.append(f"| {label} | {v} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
 def save_figure(fig, path: str) -> None:
   buf = io.BytesIO()
   fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
@@ -143,56 +244,132 @@ def log_axis(axis: str, values: Sequence) -> bool:
           and max(numbers) / min(numbers) >= 10)
 
 
+def _sweep_lines(ax, rows: Sequence[dict], arms: Sequence[str], axis: str,
+                 metric: str) -> None:
+  """On `ax`: `metric` against the swept `axis`, one line per (arm, dim)
+  (colour = arm, style = dim), error bars = std over seeds; rows of further
+  axes are pooled per value of `axis`."""
+  colours = dict(zip(arms, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+  dims = sorted({r["dim"] for r in rows})
+  styles = dict(zip(dims, ["o-", "s--", "^:", "d-."] * 4))
+  for arm in arms:
+    for dim in dims:
+      by_value = collections.defaultdict(list)
+      for r in rows:
+        if r["arm"] == arm and r["dim"] == dim and r.get(metric) is not None:
+          by_value[r[axis]].append(r[metric])
+      if not by_value:
+        continue
+      xs = sorted(by_value)
+      ax.errorbar(xs, [np.mean(by_value[x]) for x in xs],
+                  yerr=[np.std(by_value[x], ddof=1) if len(by_value[x]) > 1 else 0.0
+                        for x in xs],
+                  fmt=styles[dim], capsize=4, color=colours.get(arm), label=f"{arm} a={dim}")
+
+
+def _sweep_axis(ax, axis: str, values: Sequence, label: str) -> None:
+  """The x axis of a swept `axis` (log where `log_axis`, ticks at the swept
+  values only) and the y label."""
+  if log_axis(axis, values):
+    ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+  if all(isinstance(v, (int, float)) for v in values):
+    ax.set_xticks(values, [f"{v:g}" for v in values])  # the swept values, nothing else
+  ax.set_xlabel(axis)
+  ax.set_ylabel(label)
+  ax.grid(alpha=0.3)
+
+
 def plot_sweep(rows: Sequence[dict], arms: Sequence[str], axis: str, path: str) -> None:
   """Test BLEU and validation perplexity against the swept `axis`, one line
   per (arm, dim) (colour = arm, style = dim), error bars = std over seeds;
   rows of further axes are pooled per value of `axis`."""
-  colours = dict(zip(arms, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
-  dims = sorted({r["dim"] for r in rows})
-  styles = dict(zip(dims, ["o-", "s--", "^:", "d-."] * 4))
   fig, axes = plt.subplots(1, 2, figsize=(11, 4))
   values = sorted({r[axis] for r in rows})
   for ax, metric, label in ((axes[0], "test_bleu", "test BLEU"),
                             (axes[1], "val_ppl", "validation perplexity")):
-    for arm in arms:
-      for dim in dims:
-        by_value = collections.defaultdict(list)
-        for r in rows:
-          if r["arm"] == arm and r["dim"] == dim and r.get(metric) is not None:
-            by_value[r[axis]].append(r[metric])
-        if not by_value:
-          continue
-        xs = sorted(by_value)
-        ax.errorbar(xs, [np.mean(by_value[x]) for x in xs],
-                    yerr=[np.std(by_value[x], ddof=1) if len(by_value[x]) > 1 else 0.0
-                          for x in xs],
-                    fmt=styles[dim], capsize=4, color=colours.get(arm), label=f"{arm} a={dim}")
-    if log_axis(axis, values):
-      ax.set_xscale("log")
-      ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
-    if all(isinstance(v, (int, float)) for v in values):
-      ax.set_xticks(values, [f"{v:g}" for v in values])  # the swept values, nothing else
-    ax.set_xlabel(axis)
-    ax.set_ylabel(label)
-    ax.grid(alpha=0.3)
+    _sweep_lines(ax, rows, arms, axis, metric)
+    _sweep_axis(ax, axis, values, label)
   axes[1].set_yscale("log")
   axes[0].legend(fontsize=7)
   save_figure(fig, path)
 
 
-def plot_history_panels(histories: dict[str, dict], arms: Sequence[str], key: str,
-                        label: str, path: str) -> None:
-  """One panel per grid point (`histories[point][(arm, dim)]` = metrics-log
-  rows) of `key` over training, shared log y axis (symmetric log: a maximum
-  logit can be negative)."""
-  names = list(histories)
-  fig, axes = plt.subplots(1, len(names), figsize=(4.5 * len(names), 4), sharey=True,
-                           squeeze=False)
-  for ax, name in zip(axes[0], names):
-    _history_lines(histories[name], arms, [ax], [key])
-    ax.set_title(name, fontsize=9)
+def _kind_scale(ax, stat: str, lowest: float | None = None) -> None:
+  """The y axis of a per-kind panel: a logit on a symmetric log scale (from
+  about 1 to tens of thousands, possibly negative) whose bottom is the
+  `lowest` value drawn or 0 (an error bar of a large spread would
+  otherwise stretch it to large negative values), shares in [0, 1]."""
+  if stat == "max_logit":
     ax.set_yscale("symlog", linthresh=1.0)
-  axes[0][0].set_ylabel(label)
+    if lowest is not None:
+      ax.set_ylim(bottom=min(0.0, lowest))
+  else:
+    ax.set_ylim(-0.03, 1.03)
+
+
+def plot_kinds_sweep(rows: Sequence[dict], arms: Sequence[str], axis: str, path: str) -> None:
+  """The end-of-training per-kind statistics of a Transformer grid against
+  its swept `axis`: a row of panels per `KIND_STATS` entry, a column per
+  kind (its layers summarised, `kind_value`), lines as `plot_sweep`'s."""
+  rows = [with_kind_values(r) for r in rows if not r.get("diverged_at_step")]
+  values = sorted({r[axis] for r in rows})
+  fig, axes = plt.subplots(len(KIND_STATS), len(KINDS), figsize=(5 * len(KINDS),
+                                                                   3.6 * len(KIND_STATS)),
+                           squeeze=False)
+  for i, (stat, _, label) in enumerate(KIND_STATS):
+    for j, kind in enumerate(KINDS):
+      ax = axes[i][j]
+      key = f"{stat}_{kind}"
+      _sweep_lines(ax, rows, arms, axis, key)
+      _sweep_axis(ax, axis, values, label if j == 0 else "")
+      _kind_scale(ax, stat, min((r[key] for r in rows if key in r), default=None))
+      if i == 0:
+        ax.set_title(kind.replace("_", " "), fontsize=10)
+  axes[0][0].legend(fontsize=7)
+  save_figure(fig, path)
+
+
+def plot_history_panels(histories: dict[str, dict], arms: Sequence[str],
+                        panels: Sequence[tuple[str, str]], path: str) -> None:
+  """A column per grid point (`histories[point][(arm, dim)]` = metrics-log
+  rows) and a row per `(key, label)` of `panels`, each key over training;
+  each row shares a log y axis (symmetric log: a maximum logit can be
+  negative)."""
+  names = list(histories)
+  fig, axes = plt.subplots(len(panels), len(names),
+                           figsize=(4.5 * len(names), 4 * len(panels)), sharey="row",
+                           squeeze=False)
+  for i, (row, (key, label)) in enumerate(zip(axes, panels)):
+    for ax, name in zip(row, names):
+      _history_lines(histories[name], arms, [ax], [key])
+      ax.set_yscale("symlog", linthresh=1.0)
+      if i == 0:
+        ax.set_title(name, fontsize=9)
+      elif ax.get_legend() is not None:
+        ax.get_legend().remove()  # several rows: the first row's legends only
+    row[0].set_ylabel(label)
+  save_figure(fig, path)
+
+
+def plot_kinds_history(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
+                       path: str) -> None:
+  """The Transformer's per-kind statistics over training: a row of panels
+  per `KIND_STATS` entry, a column per kind (its layers summarised,
+  `kind_value`), one line per (arm, dim), seeds averaged."""
+  histories = {k: [with_kind_values(r) for r in rows] for k, rows in histories.items()}
+  fig, axes = plt.subplots(len(KIND_STATS), len(KINDS),
+                           figsize=(5 * len(KINDS), 3.6 * len(KIND_STATS)), squeeze=False)
+  for i, (stat, _, label) in enumerate(KIND_STATS):
+    _history_lines(histories, arms, axes[i], [f"{stat}_{kind}" for kind in KINDS])
+    for j, (ax, kind) in enumerate(zip(axes[i], KINDS)):
+      _kind_scale(ax, stat)
+      if j == 0:
+        ax.set_ylabel(label)
+      if i == 0:
+        ax.set_title(kind.replace("_", " "), fontsize=10)
+      elif j == 0 and ax.get_legend() is not None:
+        ax.get_legend().remove()  # one legend, in the first panel
   save_figure(fig, path)
 
 

@@ -1,7 +1,9 @@
 """The reports of a sweep's workdir, rebuilt from its finished runs.
 
 `write_reports` writes one workdir's results.jsonl, table.md and plots;
-`write_grid_reports` the pivoted ones of a `--sweep` grid; `significance`
+`write_grid_reports` the pivoted ones of a `--sweep` grid; for the
+Transformer both add its diagnostics per attention kind and layer (its
+global ones are the cross attention's); `significance`
 tests every arm against the baseline arm, cached per run (`rundir` names
 the files). Tables and plots are drawn by `reporting`, which looks its
 cells up by (arm name, row value).
@@ -136,6 +138,10 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
         "seed pairs, with the largest p over the pairs (paired approximate randomisation "
         f"over test sentences, {significance_lib.TRIALS:,} trials, ties counted).\n\n"
         + reporting.significance_table(_cells(tests), cfg.arms, cfg.dims, baseline_arm(cfg)))
+  if reporting.has_kinds(rows):  # the Transformer: every attention kind and layer
+    for caption, (stat, per_layer) in _kind_captions():
+      parts.append(f"{caption}.\n\n" + reporting.kind_table(rows, cfg.arms, cfg.dims, stat,
+                                                            per_layer=per_layer))
   text = "\n".join(parts)
   files.atomic_write(workdir.table, text)
   if rows:
@@ -151,7 +157,31 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
   if histories:
     reporting.plot_diagnostics(histories, cfg.arms, workdir.diagnostics_plot)
     reporting.plot_validation(histories, cfg.arms, workdir.validation_plot)
+    if reporting.has_kinds(r for log in histories.values() for r in log):
+      reporting.plot_kinds_history(histories, cfg.arms, workdir.kinds_plot)
   return text
+
+
+# What the per-kind tables say of how a kind's layers are summarised.
+_KIND_SUMMARIES = {"max_logit": "the largest over its layers",
+                   "saturated": "the largest over its layers",
+                   "entropy": "the lowest over its layers"}
+_KIND_NAMES = {"max_logit": "Largest attention logit (raw score before the softmax)",
+               "saturated": "Share of query rows whose largest weight exceeds 0.99",
+               "entropy": "Attention entropy / log(number of valid keys)"}
+
+
+def _kind_captions():
+  """(caption, (statistic, per layer)) of each per-kind table, in order:
+  the three statistics per kind (the main tables), then per kind and layer.
+  Why per kind: the Transformer's global diagnostics (`max_logit`, ...)
+  are its cross attention's, and in `dot` the self attentions fail first."""
+  for per_layer in (False, True):
+    for stat, _, _ in reporting.KIND_STATS:
+      where = ("per attention kind and layer" if per_layer else
+               f"per attention kind ({_KIND_SUMMARIES[stat]})")
+      yield (f"{_KIND_NAMES[stat]} {where} at the end of training (validation batch), "
+             "mean over seeds", (stat, per_layer))
 
 
 def _final_max_logit(row: dict) -> dict:
@@ -185,7 +215,10 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
                        points: Sequence[GridPoint]) -> str:
   """The reports of a `--sweep` grid from the finished runs of every point:
   results.jsonl (each row with the point's swept values), table.md (arms
-  against the first axis), sweep_<axis>.png and max_logit.png."""
+  against the first axis), sweep_<axis>.png and max_logit.png (the largest
+  logit over training, a panel per point). A Transformer's grid has it per
+  attention kind instead of its cross attention's only: table.md's per-kind
+  and per-layer sections, max_logit.png a row per kind, and kinds.png."""
   axis = next(iter(points[0].values))
   axis_values = tuple(dict.fromkeys(p.values[axis] for p in points))
   rows, tests, histories = [], {}, {}
@@ -211,6 +244,9 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
   parts = [f"Grid over {', '.join(f'`{k}`' for k in points[0].values)}; tables by "
            f"`{axis}` = {', '.join(map(str, axis_values))}; {fixed_settings} (every other "
            "setting as in each point's config.json).\n"]
+  kinds = reporting.has_kinds(rows)
+  if kinds:  # the global max_logit is the cross attention's: the kinds below have all three
+    sections = tuple(s for s in sections if s[0] != "max_logit")
   for metric, best, caption in sections:
     parts.append(f"## {caption}\n")
     for fixed, dim, where in _slices(cfg, points, axis):
@@ -221,13 +257,30 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
           row_label=axis))
   if tests:
     parts.extend(_grid_significance(cfg, points, axis, axis_values, tests))
+  if kinds:
+    for caption, (stat, per_layer) in _kind_captions():
+      parts.append(f"## {caption}\n")
+      for fixed, dim, where in _slices(cfg, points, axis):
+        subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
+                  and all(r.get(k) == v for k, v in fixed.items())]
+        parts.append(f"{where}:\n\n" + reporting.kind_table(
+            subset, cfg.arms, axis_values, stat, row_label=axis, per_layer=per_layer))
   text = "\n".join(parts)
   files.atomic_write(workdir.table, text)
   if rows:
     reporting.plot_sweep(rows, cfg.arms, axis, workdir.sweep_plot(axis))
+    if kinds:
+      reporting.plot_kinds_sweep(rows, cfg.arms, axis, workdir.kinds_plot)
   if histories:
-    reporting.plot_history_panels(histories, cfg.arms, "max_logit",
-                                  "largest attention logit", workdir.max_logit_plot)
+    if kinds:  # a row of panels per kind, each the largest over its layers
+      panels = [(f"max_logit_{kind}", f"largest logit, {kind.replace('_', ' ')}")
+                for kind in reporting.KINDS]
+      histories = {name: {cell: [reporting.with_kind_values(r) for r in log]
+                          for cell, log in by_cell.items()}
+                   for name, by_cell in histories.items()}
+    else:
+      panels = [("max_logit", "largest attention logit")]
+    reporting.plot_history_panels(histories, cfg.arms, panels, workdir.max_logit_plot)
   return text
 
 

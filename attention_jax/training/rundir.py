@@ -14,7 +14,7 @@ is spelled once, here: `Workdir` and `RunDir` hand out the paths.
                                     larger --steps extended the run (`RunDir.extend`)
   .lock                             PID, host and start of the driver using the workdir
   results.jsonl, table.md, ablation.png, validation.png, diagnostics.png,
-  attention_<arm>_<dim>.png
+  attention_<arm>_<dim>.png, kinds.png (the Transformer's)
 
 With `axes` (e.g. `--sweep=learning_rate=3e-4,1e-3`) every grid point is a
 workdir of the layout above in `<workdir>/<field>=<value>[,<field>=<value>]/`
@@ -23,7 +23,7 @@ and the workdir itself holds the pivoted reports of the whole grid:
 
   .lock, results.jsonl (every row with its swept values), table.md (arms
   against the first axis, one table per dim and value of any further axis),
-  sweep_<axis>.png, max_logit.png
+  sweep_<axis>.png, max_logit.png, kinds.png (the Transformer's)
 """
 
 from __future__ import annotations
@@ -301,6 +301,7 @@ class Workdir:
   validation_plot = _Name("validation.png")
   diagnostics_plot = _Name("diagnostics.png")
   max_logit_plot = _Name("max_logit.png")
+  kinds_plot = _Name("kinds.png")  # the Transformer's, per attention kind
 
   def run(self, arm: Arm) -> RunDir:
     return RunDir(os.path.join(self.path, "runs", f"{arm.name}_d{arm.attention_dim}"))

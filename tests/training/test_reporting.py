@@ -73,3 +73,163 @@ def test_write_jsonl_roundtrip(tmp_path):
   with open(path) as f:
     back = [json.loads(line) for line in f]
   assert back == [dict(sorted(r.items())) for r in _rows()]
+
+
+# -- the Transformer's diagnostics per attention kind and layer ---------------
+
+def _kind_diagnostics(peak: float, saturated: float = 0.9, entropy: float = 0.01) -> dict:
+  """End-of-training diagnostics of a two-layer Transformer: the decoder's
+  first self attention has the largest logit (`peak`), the encoder's
+  second layer its own largest, the cross attention stays small; the global
+  `max_logit` is the cross attention's, as the model reports it."""
+  d = {"max_logit": 14.0, "saturated": 0.01, "entropy": 0.7, "logit_std": 1.0}
+  for kind, logits, sat, ent in (
+      ("encoder_self", (40.0, 200.0), (0.2, 0.6), (0.3, 0.05)),
+      ("decoder_self", (peak, 80.0), (saturated, 0.5), (entropy, 0.2)),
+      ("cross", (14.0, 12.0), (0.0, 0.01), (0.74, 0.71))):
+    for layer in range(2):
+      d[f"max_logit_{kind}_l{layer}"] = logits[layer]
+      d[f"saturated_{kind}_l{layer}"] = sat[layer]
+      d[f"entropy_{kind}_l{layer}"] = ent[layer]
+      d[f"logit_std_{kind}_l{layer}"] = 5.0
+  return d
+
+
+def _transformer_rows():
+  rows = []
+  for arm, peaks in (("dot", (300.0, 400.0)), ("scaled_dot", (9.0, 11.0))):
+    for seed, peak in enumerate(peaks):
+      rows.append({"arm": arm, "dim": 16, "seed": seed, "test_bleu": 5.0 + seed, "params": 1000,
+                   "val_ppl": 30.0, "diagnostics": _kind_diagnostics(peak)})
+  rows.append({"arm": "scaled_dot", "dim": 16, "seed": 2, "test_bleu": None, "params": 1000,
+               "diverged_at_step": 40, "diagnostics": _kind_diagnostics(1e6)})
+  return rows
+
+
+def test_the_kinds_are_the_models():
+  from attention_jax.models.transformer import ATTENTION_KINDS
+  assert set(reporting.KINDS) == set(ATTENTION_KINDS.values())
+
+
+def test_a_kind_is_its_layer_furthest_towards_saturation():
+  d = _kind_diagnostics(300.0)
+  assert reporting.layer_values(d, "max_logit", "decoder_self") == {0: 300.0, 1: 80.0}
+  assert reporting.kind_value(d, "max_logit", "encoder_self") == 200.0  # its second layer
+  assert reporting.kind_value(d, "saturated", "decoder_self") == 0.9  # the largest share
+  assert reporting.kind_value(d, "entropy", "encoder_self") == 0.05  # the lowest entropy
+  assert reporting.kind_value({**d, "max_logit_cross_l1": None}, "max_logit", "cross") == 14.0
+  assert reporting.kind_value(_rows()[0], "max_logit", "cross") is None  # the RNN: none
+  assert not reporting.has_kinds(_rows()) and reporting.has_kinds(_transformer_rows())
+  # a metrics-log row has them as its own fields
+  assert reporting.with_kind_values({"step": 5, **d})["max_logit_decoder_self"] == 300.0
+
+
+def test_kind_table_means_each_kinds_summary_over_seeds():
+  table = reporting.kind_table(_transformer_rows(), ["dot", "scaled_dot"], [16, 128],
+                               "max_logit").splitlines()
+  assert table[0] == "| arm | dim | encoder_self | decoder_self | cross |"
+  # dot: decoder self (300 + 400) / 2; the encoder's second layer; the cross attention's first
+  assert table[2] == "| dot | 16 | 200.0 | 350.0 | 14.0 |"
+  # scaled_dot's diverged seed (1e6) counts in no mean and is named
+  assert table[3] == "| scaled_dot (1 of 3 seeds diverged) | 16 | 200.0 | 80.0 | 14.0 |"
+  assert len(table) == 4  # no row for d = 128, which has no runs
+  saturated = reporting.kind_table(_transformer_rows(), ["dot"], [16], "saturated")
+  assert "| dot | 16 | 60% | 90% | 1% |" in saturated
+  entropy = reporting.kind_table(_transformer_rows(), ["dot"], [16], "entropy")
+  assert "| dot | 16 | 0.050 | 0.010 | 0.710 |" in entropy
+
+
+def test_kind_table_per_layer_has_a_column_per_kind_and_layer():
+  rows = [{**r, "diagnostics": {**r["diagnostics"], "max_logit_decoder_self_l0": 25184.4}}
+          for r in _transformer_rows() if r["arm"] == "dot"]
+  lines = reporting.kind_table(rows, ["dot"], [16], "max_logit", per_layer=True).splitlines()
+  assert lines[0] == ("| arm | dim | encoder_self l0 | encoder_self l1 | decoder_self l0 | "
+                      "decoder_self l1 | cross l0 | cross l1 |")
+  assert lines[2] == "| dot | 16 | 40.0 | 200.0 | 25,184 | 80.0 | 14.0 | 12.0 |"
+
+
+def _fake_workdir(path, model_rows, metrics_rows):
+  """A workdir with finished runs: `model_rows[arm]` its result rows,
+  `metrics_rows[arm]` its metrics log."""
+  import json
+  from attention_jax.training import config, rundir
+  workdir = rundir.Workdir(str(path))
+  for arm, rows in model_rows.items():
+    run = workdir.run(config.Arm.of(arm, rows[0]["dim"]))
+    os.makedirs(run.path)
+    with open(run.result, "w") as f:
+      json.dump(rows, f)
+    with open(run.metrics, "w") as f:
+      f.writelines(json.dumps(r) + "\n" for r in metrics_rows[arm])
+  return workdir
+
+
+def _history(rows):
+  return [{"step": step, "seed": r["seed"], "loss": 3.0, "val_bleu": 1.0, "val_ppl": 30.0,
+           **{k: v * step / 200 for k, v in r["diagnostics"].items()}}
+          for r in rows for step in (100, 200)]
+
+
+def _by_arm(rows):
+  out = {}
+  for r in rows:
+    out.setdefault(r["arm"], []).append(r)
+  return out
+
+
+def _read_png(path):
+  with open(path, "rb") as f:
+    return f.read(8)
+
+
+def test_a_transformer_sweep_reports_every_kind_and_the_rnns_reports_do_not(tmp_path):
+  from attention_jax.training import config, reports
+  runs = _by_arm(_transformer_rows())
+  workdir = _fake_workdir(tmp_path / "t", runs, {a: _history(r) for a, r in runs.items()})
+  cfg = config.from_preset("transformer", arms=("dot", "scaled_dot"), dims=(16,))
+  text = reports.write_reports(workdir, cfg)
+  assert text.count("per attention kind (") == 3 and text.count("per attention kind and") == 3
+  assert "| dot | 16 | 200.0 | 350.0 | 14.0 |" in text  # the largest logits, per kind
+  assert "| dot | 16 | 40.0 | 200.0 | 350.0 | 80.0 | 14.0 | 12.0 |" in text  # per layer
+  assert _read_png(workdir.kinds_plot) == b"\x89PNG\r\n\x1a\n"
+
+  rnn = {"additive": [r for r in _rows() if r["arm"] == "additive"]}
+  for r in rnn["additive"]:
+    r.update(val_ppl=20.0, diagnostics={"max_logit": 12.0, "saturated": 0.1, "entropy": 0.5})
+  plain = _fake_workdir(tmp_path / "r", rnn, {"additive": _history(rnn["additive"])})
+  text = reports.write_reports(plain, config.from_preset("smoke", arms=("additive",),
+                                                         dims=(128,)))
+  assert "attention kind" not in text and text.count("\n|---|") == 2  # BLEU, perplexity
+  assert not os.path.exists(plain.kinds_plot)
+  assert _read_png(plain.diagnostics_plot) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_transformer_grid_reports_every_kind_and_an_rnn_grid_its_max_logit(tmp_path):
+  from attention_jax.training import config, reports, rundir
+  for model, preset, arms, dim in (("transformer", "transformer", ("dot", "scaled_dot"), 16),
+                                   ("rnn", "smoke", ("additive",), 128)):
+    cfg = config.from_preset(preset, arms=arms, dims=(dim,))
+    points = config.grid(cfg, (("learning_rate", (1e-3, 3e-3)),))
+    workdir = rundir.Workdir(str(tmp_path / model))
+    for p, scale in zip(points, (1.0, 10.0)):  # the larger learning rate: 10x the logits
+      rows = _transformer_rows() if model == "transformer" else [
+          {**r, "diagnostics": {"max_logit": 12.0}} for r in _rows() if r["arm"] == "additive"]
+      for r in rows:
+        r["diagnostics"] = {k: v * scale if k.startswith("max_logit") else v
+                            for k, v in r["diagnostics"].items()}
+      by_arm = _by_arm(rows)
+      _fake_workdir(workdir.point(p).path, by_arm, {a: _history(r) for a, r in by_arm.items()})
+    text = reports.write_grid_reports(workdir, cfg, points)
+    assert _read_png(workdir.max_logit_plot) == b"\x89PNG\r\n\x1a\n"
+    cross_only = "## Largest attention logit at the end of training (validation batch; raw"
+    if model == "transformer":
+      assert cross_only not in text  # it was the cross attention's alone
+      assert text.count("per attention kind (") == 3
+      assert "| dot | 0.001 | 200.0 | 350.0 | 14.0 |" in text
+      assert "| dot | 0.003 | 2,000 | 3,500 | 140.0 |" in text
+      assert "| dot | 0.003 | 60% | 90% | 1% |" in text
+      assert _read_png(workdir.kinds_plot) == b"\x89PNG\r\n\x1a\n"
+    else:
+      assert cross_only in text and "attention kind" not in text
+      assert "| 0.003 | 120.00 ± 0.00 (120.00) |" in text
+      assert not os.path.exists(workdir.kinds_plot)
