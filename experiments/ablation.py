@@ -9,7 +9,9 @@ r"""The additive-vs-multiplicative attention-dimensionality ablation (Britz et a
 
 Sweeps --arms x --dims; the --seeds of each pair train together as one
 vmapped program. Re-running the same command skips finished pairs and resumes
-an interrupted one from its last checkpoint. `--sweep=FIELD=V1,V2,...` (any
+an interrupted one from its last checkpoint. Exit status: 0 complete, 75
+stopped by --max_minutes at a checkpoint (`common.EXIT_STOPPED`: re-run to
+continue), 143 / 130 stopped by SIGTERM / Ctrl-C, 1 an error. `--sweep=FIELD=V1,V2,...` (any
 config field, repeatable) makes a grid of such sweeps, one workdir per point
 inside --workdir, with tables and plots of the arms against the first axis.
 See attention_jax/training/rundir.py for the workdir layout.

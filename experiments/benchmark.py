@@ -21,7 +21,8 @@ Resumable: a case whose rows are in benchmark.jsonl already (same shapes,
 dtype, implementation and device) is not measured again, so the same command
 continues a run that was killed or stopped (`--noresume` measures everything
 again). `--max_minutes` stops cleanly before the first case that would start
-after it; `--report_only` rewrites benchmark.md and the plots from the rows
+after it, with exit status 75 (`common.EXIT_STOPPED`: not complete, nothing
+lost, the same command continues); `--report_only` rewrites benchmark.md and the plots from the rows
 on disk (e.g. after a kill) and measures nothing.
 
 Every kernel is checked against a naive float32 einsum reference before it is
@@ -104,13 +105,15 @@ def main(argv):
       check_report_only(FLAGS.workdir)
     os.makedirs(FLAGS.workdir, exist_ok=True)
     with workdir_lock.WorkdirLock(FLAGS.workdir, log=print):
-      measure(settings, FLAGS.workdir, command=" ".join(sys.argv[1:]),
-              max_minutes=FLAGS.max_minutes, resume_rows=FLAGS.resume,
-              report_only=FLAGS.report_only)
+      stopped = measure(settings, FLAGS.workdir, command=" ".join(sys.argv[1:]),
+                        max_minutes=FLAGS.max_minutes, resume_rows=FLAGS.resume,
+                        report_only=FLAGS.report_only)
   except ValueError as e:
     _fail(str(e))
   except OSError as e:  # a full disk: the rows measured so far are on disk
     _fail(f"{FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
+  if stopped:  # not complete, but nothing lost: a script calls the same command again
+    sys.exit(common.EXIT_STOPPED)
 
 
 def check_report_only(workdir: str) -> None:
@@ -125,7 +128,7 @@ def check_report_only(workdir: str) -> None:
 
 def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
             max_minutes: float | None = None, resume_rows: bool = True,
-            report_only: bool = False) -> int:
+            report_only: bool = False) -> bool:
   """Runs the suites; appends each row to benchmark.jsonl as it is measured.
 
   benchmark.jsonl only grows: each row carries the `run` it belongs to (start
@@ -133,8 +136,10 @@ def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
   by it. With `resume_rows`, measurements already there for this device are
   skipped (`resume.Progress`); `max_minutes` stops before the next case once
   passed. benchmark.md and the plots show every row of these settings (old
-  and new) and are replaced atomically at the end. Returns the number of
-  measurements still missing (0: complete).
+  and new) and are replaced atomically at the end. Returns whether
+  `max_minutes` stopped it before every case was measured (the driver then
+  exits with `common.EXIT_STOPPED`); measurements still missing otherwise
+  (a case that failed) are counted in its last line.
   """
   machine = bm.machine_description()
   logging.info("machine: %s", machine)
@@ -174,15 +179,15 @@ def measure(settings: settings_lib.Settings, workdir: str, command: str, *,
   if report_only:
     print(f"wrote benchmark.md from {len(rows)} rows of {path}"
           + (f"; {missing} measurements of these settings are not there" if missing else ""))
-    return 0
+    return False
   print(f"appended {new_rows} rows (run {run_id}) to {path}; {progress.skipped_cases} cases "
         f"were there already; wrote benchmark.md ({len(rows)} rows)")
   if stopped:
-    print(f"stopped by --max_minutes={max_minutes:g} before a case still to measure; "
-          "the same command continues")
+    print(f"stopped by --max_minutes={max_minutes:g} before a case still to measure "
+          f"(exit status {common.EXIT_STOPPED}); the same command continues")
   elif missing:
     print(f"{missing} measurements missing")
-  return missing if not stopped else max(missing, 1)
+  return stopped
 
 
 if __name__ == "__main__":

@@ -26,6 +26,12 @@ from attention_jax.training import interrupts
 
 FLAGS = flags.FLAGS
 
+# The exit status of a driver stopped by its time budget (`--max_minutes`)
+# with everything kept: the same command continues. EX_TEMPFAIL of
+# sysexits.h, so that a script tells a stopped run from a complete one (0),
+# a failed run or a bad call (1) and a signal (143, 130).
+EXIT_STOPPED = 75
+
 # Fields the individual drivers define themselves.
 _OWN = ("arms", "dims")
 
@@ -191,7 +197,9 @@ def data_mesh():
 
 def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool = False) -> None:
   """Builds the config, starts jax.distributed if asked, runs (or with
-  `report_only` only rewrites the reports), prints the table."""
+  `report_only` only rewrites the reports), prints the table; exits with
+  `EXIT_STOPPED` where `--max_minutes` stopped the sweep (process 0 says
+  so: the other processes of a multi-host run end with 0 either way)."""
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   interrupts.install()  # SIGTERM, Ctrl-C: checkpoint after the step, exit 143 / 130
@@ -214,5 +222,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
     sys.exit(f"error: {e}")
   except OSError as e:  # a full disk, a folder made read-only mid-run: one line, no traceback
     sys.exit(f"error: {FLAGS.workdir}: {e.strerror or e} ({e.filename or 'while writing'})")
+  if table is None and jax.process_index() == 0:  # the time budget stopped it (said above)
+    sys.exit(EXIT_STOPPED)
   if table is not None:
     print("\n" + table)

@@ -6,7 +6,7 @@ r"""One training run: one model, one score function, one attention dimension.
 
 Evaluation (validation BLEU every --eval_every steps, the best checkpoint's
 test BLEU at the end) and Orbax checkpointing as in the ablation; re-running
-resumes. The --seeds members train together as one vmapped program.
+resumes. Exit status as the ablation's (75: stopped by --max_minutes). The --seeds members train together as one vmapped program.
 """
 
 from absl import app

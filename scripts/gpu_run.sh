@@ -20,11 +20,17 @@
 #              calibration.md
 #   sweep      experiments.ablation --preset=gpu, one piece of SWEEP_MINUTES,
 #              with the plan of GPU_STATE/calibration.json where there is one;
-#              finished cells come back in sweep_state.tar.gz, which the next
-#              call takes from GPU_STATE on a fresh machine -> results.jsonl,
-#              table.md, ablation.png, plots.tar.gz, sweep_state.tar.gz
+#              finished cells, and the newest checkpoint of each cell cut by
+#              the piece's end (where the archive stays under SWEEP_STATE_MIB),
+#              come back in sweep_state.tar.gz, which the next call takes from
+#              GPU_STATE on a fresh machine -> results.jsonl, table.md,
+#              ablation.png, plots.tar.gz, sweep_state.tar.gz
 #   Every stage also writes device.txt (GPU, driver, versions) and run.log.
 #   EXTRA FLAGS go to the stage's Python command.
+# Exit status: the stage command's. 0 complete; 75 stopped by its own time
+# budget (the bench's and sweep's --max_minutes) with everything kept: call
+# the same stage again to continue; 124 or 137 cut by STAGE_MINUTES: call
+# again too; 2 a bad call (nothing run); anything else failed.
 #   --toy   each stage at toy size, to run the whole path on a CPU machine:
 #           check still collects tests/gpu (skipped without a GPU), bench runs
 #           --preset=tiny, calibrate and sweep a two-arm toy sweep.
@@ -41,6 +47,11 @@
 #                  later SIGKILL, and its files are collected all the same
 #   BENCH_MINUTES  the benchmark's --max_minutes (default 6.5)
 #   SWEEP_MINUTES  the sweep piece's --max_minutes (default 7)
+#   SWEEP_STATE_MIB  the largest sweep_state.tar.gz with checkpoints (default
+#                  6: it is carried back in GPU_STATE, within the 8 MiB that
+#                  scripts/gpu_bundle.sh keeps for it); a larger one is made
+#                  without them, said in run.log, and the cells they belong to
+#                  start again from step 0 on a fresh machine
 #   PYTHON         the image's Python (default python3)
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -63,10 +74,13 @@ case "$stage" in check|bench|calibrate|sweep) ;;
 stage_minutes="${STAGE_MINUTES:-8}"
 bench_minutes="${BENCH_MINUTES:-6.5}"
 sweep_minutes="${SWEEP_MINUTES:-7}"
+sweep_state_mib="${SWEEP_STATE_MIB:-6}"
 for v in STAGE_MINUTES:"$stage_minutes" BENCH_MINUTES:"$bench_minutes" \
          SWEEP_MINUTES:"$sweep_minutes"; do
   is_minutes "${v#*:}" || die "${v%%:*} must be a number of minutes > 0, got '${v#*:}'."
 done
+[[ "$sweep_state_mib" =~ ^[0-9]+$ ]] \
+  || die "SWEEP_STATE_MIB must be a whole number of MiB, got '$sweep_state_mib'."
 bundle="$(realpath -m "${GPU_BUNDLE:-$repo/gpu_bundle}")"
 state="$(realpath -m "${GPU_STATE:-$repo/runs/gpu_state}")"
 runs="$(realpath -m "${GPU_RUNS:-$repo/runs}")"
@@ -125,8 +139,13 @@ limited() {
   if [ "$status" = 124 ] || [ "$status" = 137 ]; then
     echo "stage stopped by its limit of $stage_minutes minutes (STAGE_MINUTES); files collected" \
       | tee -a "${LOG:-$log}"
+  elif [ "$status" = "$stopped" ]; then
+    echo "stage stopped by its --max_minutes with everything kept (exit $stopped); call it" \
+      "again to continue" | tee -a "${LOG:-$log}"
   fi
 }
+# The drivers' status for "stopped by --max_minutes, resumable" (experiments/common.py).
+stopped=75
 # Copies the named report files of WORKDIR to OUTDIR (those that exist).
 copy_reports() {
   local workdir="$1"; shift
@@ -141,6 +160,28 @@ archive_plots() {
   for f in "$@"; do skip+=(! -name "$f"); done
   (cd "$workdir" && find . -maxdepth 1 -name '*.png' "${skip[@]}" -print0 \
      | tar --null -czf "$out/$archive" --files-from=-)
+}
+
+# The files of a sweep workdir (run from inside it, NUL-separated) another
+# machine needs: every file but locks, temporaries and checkpoints, and with
+# $1 = 1, of each cell not finished (no result.json), its newest checkpoint
+# step with the step's checksum file (`training/checkpoints.py`), so that the
+# cell resumes there and not from step 0. A warm machine's own files are at
+# least as new as these: they are unpacked without replacing any.
+state_files() {
+  find . -type f ! -path '*/checkpoints/*' ! -path '*/checkpoints_sha256/*' \
+    ! -path '*/checkpoints_damaged/*' ! -name '.lock' ! -name '*.tmp*' -print0
+  [ "$1" = 1 ] || return 0
+  local run step
+  for run in ./runs/*/ ./*/runs/*/; do  # a sweep's cells, and a grid's points'
+    run="${run%/}"
+    [ -d "$run/checkpoints" ] && [ ! -f "$run/result.json" ] || continue
+    step=$(find "$run/checkpoints" -mindepth 1 -maxdepth 1 -type d -regex '.*/[0-9]+' \
+             -printf '%f\n' | sort -n | tail -n 1)
+    [ -n "$step" ] && [ -f "$run/checkpoints_sha256/$step.json" ] || continue
+    find "$run/checkpoints/$step" -type f -print0
+    printf '%s\0' "$run/checkpoints_sha256/$step.json"
+  done
 }
 
 toy_sweep=(--arms=additive,multiplicative --dims=8,16 --seeds=2 --steps=6 --embed_dim=16
@@ -163,7 +204,8 @@ case "$stage" in
     fi
     flags=(--preset="$preset" --workdir="$workdir" --max_minutes="$bench_minutes")
     limited "$py" -m experiments.benchmark "${flags[@]}" "${extra[@]}"
-    if [ "$status" != 0 ]; then  # killed or failed: the report of the rows on disk
+    # Killed or failed: the report of the rows on disk (stopped, it wrote its own).
+    if [ "$status" != 0 ] && [ "$status" != "$stopped" ]; then
       timeout 60 "$py" -m experiments.benchmark "${flags[@]}" "${extra[@]}" --report_only \
         >> "$log" 2>&1 || echo "the report of the rows so far failed too" | tee -a "$log"
     fi
@@ -210,10 +252,20 @@ EOF
     limited "$py" -m experiments.ablation "${flags[@]}" --workdir="$workdir" "${extra[@]}"
     copy_reports "$workdir" results.jsonl table.md ablation.png
     archive_plots "$workdir" plots.tar.gz ablation.png
-    # Everything but the checkpoints and locks: enough to skip the finished
-    # cells and to remake every report on another machine.
-    (cd "$workdir" && find . -type f ! -path '*/checkpoints/*' ! -name '.lock' ! -name '*.tmp*' \
-       -print0 | tar --null -czf "$out/sweep_state.tar.gz" --files-from=-)
+    # Enough to skip the finished cells, to resume a cut one where it
+    # stopped and to remake every report on another machine.
+    state_archive() {
+      (cd "$workdir" && state_files "$1" | tar --null -czf "$out/sweep_state.tar.gz" \
+         --files-from=-)
+    }
+    state_archive 1
+    size=$(stat -c %s "$out/sweep_state.tar.gz")
+    if [ "$size" -gt $(( sweep_state_mib * 1024 * 1024 )) ]; then
+      state_archive 0
+      echo "sweep_state.tar.gz with the checkpoints of the unfinished cells would be" \
+        "$(( size / 1024 / 1024 )) MiB, over SWEEP_STATE_MIB=$sweep_state_mib: made without" \
+        "them; on a fresh machine those cells start again from step 0" | tee -a "$log"
+    fi
     ;;
 esac
 ls -l "$out" | tee -a "$log"

@@ -179,3 +179,13 @@ def test_report_only_without_rows_to_report_is_one_line_and_writes_nothing(tmp_p
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "wrote benchmark.md from 2 rows" in proc.stdout and "6 measurements" in proc.stdout
   assert "were there already" not in proc.stdout and len(_rows(tmp_path)) == 2
+
+
+def test_a_benchmark_stopped_by_max_minutes_exits_75_with_its_report(tmp_path):
+  # It exited 0, so a script could not tell a stopped run from a complete one.
+  proc = subprocess.run(_command(tmp_path, "--max_minutes=0.00001"), cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 75, proc.stderr[-3000:]
+  assert "stopped by --max_minutes=1e-05 before a case still to measure (exit status 75)" in (
+      proc.stdout)
+  assert (tmp_path / "benchmark.md").exists() and len(_rows(tmp_path)) < 8

@@ -175,10 +175,11 @@ def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp
   # Sweep pieces as documented: each on a fresh machine (the worst case), the
   # state brought back carried into the next, until a call ends complete. A
   # loaded 2-core CPU compiles the toy cells for minutes, so a piece may end at
-  # its limit (killed: 124 / 137) with its finished cells kept.
+  # its --max_minutes (75) or its limit (killed: 124 / 137) with its finished
+  # cells and the cut cell's checkpoint kept.
   finished = 0
   for piece in range(1, 4):
-    out, stdout, rc = stage("sweep", f"sweep{piece}", ok=(0, 124, 137),
+    out, stdout, rc = stage("sweep", f"sweep{piece}", ok=(0, 75, 124, 137),
                             GPU_RUNS=str(tmp_path / f"machine_sweep{piece}"))
     assert "plan from" in stdout
     rows = (out / "results.jsonl").read_text().splitlines() if (out / "results.jsonl").exists() else []
@@ -213,16 +214,25 @@ case "$*" in
     echo "args: $*"
     echo '{"suite": "kernels", "impl": "scaled_dot", "status": "ok"}' >> "$wd/benchmark.jsonl"
     echo png > "$wd/kernels_fwd.png"
+    [ -n "${FAKE_EXIT:-}" ] && { echo "# its own report" > "$wd/benchmark.md"; exit "$FAKE_EXIT"; }
     exec sleep 60 ;;
   *"-m experiments.ablation"*)
     echo "args: $*"
     [ -f "$wd/runs/additive_d8/result.json" ] && echo "found the finished cell"
-    mkdir -p "$wd/runs/additive_d8/checkpoints"
+    cut="$wd/runs/multiplicative_d8"
+    [ -f "$cut/checkpoints/4/arrays/data" ] && [ -f "$cut/checkpoints_sha256/4.json" ] \
+      && echo "found the cut cell's checkpoint"
+    mkdir -p "$wd/runs/additive_d8/checkpoints" "$cut/checkpoints/2" "$cut/checkpoints/4/arrays" \
+      "$cut/checkpoints_sha256"
     echo '[{"arm": "additive"}]' > "$wd/runs/additive_d8/result.json"
     echo "weights" > "$wd/runs/additive_d8/checkpoints/state.bin"
+    echo "step 2" > "$cut/checkpoints/2/data"; echo "{}" > "$cut/checkpoints_sha256/2.json"
+    head -c "${FAKE_CHECKPOINT_BYTES:-100}" /dev/urandom > "$cut/checkpoints/4/arrays/data"
+    echo "{}" > "$cut/checkpoints_sha256/4.json"
     echo '{"arm": "additive"}' > "$wd/results.jsonl"
     echo "| table |" > "$wd/table.md"
     echo png > "$wd/ablation.png"; echo png > "$wd/validation.png"
+    [ -n "${FAKE_EXIT:-}" ] && exit "$FAKE_EXIT"
     exec sleep 60 ;;
   *) exec "$REAL_PYTHON" "$@" ;;
 esac
@@ -289,7 +299,10 @@ def test_a_killed_sweep_piece_returns_its_state_and_a_fresh_machine_resumes_from
   with tarfile.open(out / "sweep_state.tar.gz") as t:
     names = t.getnames()
   assert "./runs/additive_d8/result.json" in names
-  assert not any("checkpoints" in n for n in names)  # the weights stay behind
+  # A finished cell's weights stay behind; the cut cell's newest step comes back.
+  assert [n for n in names if "checkpoints" in n] == [
+      "./runs/multiplicative_d8/checkpoints/4/arrays/data",
+      "./runs/multiplicative_d8/checkpoints_sha256/4.json"]
   assert "found the finished cell" not in (out / "run.log").read_text()
   # Another machine: nothing under GPU_RUNS, the state and a calibration carried back.
   state = tmp_path / "state"
@@ -301,7 +314,7 @@ def test_a_killed_sweep_piece_returns_its_state_and_a_fresh_machine_resumes_from
   p, _ = _stage({**env, "GPU_RUNS": str(tmp_path / "runs2")}, "sweep", tmp_path / "out2")
   assert p.returncode == 124
   log = (tmp_path / "out2" / "run.log").read_text()
-  assert "found the finished cell" in log
+  assert "found the finished cell" in log and "found the cut cell's checkpoint" in log
   assert "--max_minutes=7 --steps=1500 --eval_every=500 --dims=128,1024" in log
   # A plan that does not fit stops the call before any work, with one line.
   (state / "calibration.json").write_text(json.dumps({"plan": {
@@ -311,8 +324,47 @@ def test_a_killed_sweep_piece_returns_its_state_and_a_fresh_machine_resumes_from
   assert not (tmp_path / "out3" / "run.log").exists()
 
 
+@pytest.mark.parametrize("stage", ["bench", "sweep"])
+def test_a_stage_stopped_by_its_max_minutes_exits_75_and_keeps_everything(tmp_path, stage):
+  # Its driver stopped at --max_minutes (exit 75, nothing lost): the stage said
+  # 0, as if complete, and a script could not tell it should call again.
+  env = _stand_in(tmp_path, FAKE_EXIT="75")
+  p, seconds = _stage(env, stage, tmp_path / "out")
+  assert p.returncode == 75 and seconds < 30, (p.stdout, p.stderr)
+  out = tmp_path / "out"
+  log = (out / "run.log").read_text()
+  assert "stopped by its --max_minutes with everything kept (exit 75)" in log
+  assert "STAGE_MINUTES" not in log
+  if stage == "bench":  # its own report is kept, not rewritten as after a kill
+    assert (out / "benchmark.md").read_text() == "# its own report\n"
+    assert "--report_only" not in log
+  else:
+    with tarfile.open(out / "sweep_state.tar.gz") as t:
+      assert "./runs/multiplicative_d8/checkpoints/4/arrays/data" in t.getnames()
+  # A failure is still a failure.
+  env = _stand_in(tmp_path / "second", FAKE_EXIT="1")
+  p, _ = _stage(env, stage, tmp_path / "out_failed")
+  assert p.returncode == 1
+  assert "everything kept" not in (tmp_path / "out_failed" / "run.log").read_text()
+
+
+def test_checkpoints_over_the_state_limit_are_left_out_and_said_so(tmp_path):
+  # 2 MiB of random weights: over SWEEP_STATE_MIB=1, the archive is made without them.
+  env = _stand_in(tmp_path, FAKE_EXIT="75", FAKE_CHECKPOINT_BYTES=str(2 << 20),
+                  SWEEP_STATE_MIB="1")
+  p, _ = _stage(env, "sweep", tmp_path / "out")
+  assert p.returncode == 75, p.stderr
+  with tarfile.open(tmp_path / "out" / "sweep_state.tar.gz") as t:
+    names = t.getnames()
+  assert "./runs/additive_d8/result.json" in names
+  assert not any("checkpoints" in n for n in names)
+  assert os.path.getsize(tmp_path / "out" / "sweep_state.tar.gz") < 1 << 20
+  log = (tmp_path / "out" / "run.log").read_text()
+  assert "over SWEEP_STATE_MIB=1" in log and "start again from step 0" in log
+
+
 @pytest.mark.parametrize("name,value", [("STAGE_MINUTES", "0"), ("BENCH_MINUTES", "soon"),
-                                        ("SWEEP_MINUTES", "-1")])
+                                        ("SWEEP_MINUTES", "-1"), ("SWEEP_STATE_MIB", "6.5")])
 def test_gpu_run_rejects_bad_minutes_with_one_line(tmp_path, name, value):
   env = _stand_in(tmp_path, **{name: value})
   p, _ = _stage(env, "bench", tmp_path / "out")

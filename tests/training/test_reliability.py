@@ -528,6 +528,21 @@ def test_a_full_disk_during_an_ablation_is_one_line_and_a_rerun_finishes(tmp_pat
   assert len(keys) == len(set(keys))  # nothing logged twice by the resumed run
 
 
+# --- stopped by the time budget: a status of its own ---------------------------------
+
+def test_a_sweep_stopped_by_max_minutes_exits_75_not_0(tmp_path):
+  # It exited 0, so a script could not tell a stopped sweep from a complete one.
+  workdir = tmp_path / "w"
+  proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                         "--arms=additive", "--dims=8", "--max_minutes=0.0001",
+                         f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True,
+                        timeout=300)
+  assert proc.returncode == 75, proc.stderr[-3000:]
+  assert "time budget reached; re-run the same command to continue" in proc.stdout
+  assert (workdir / "runs" / "additive_d8" / "config.json").exists()  # resumable, not refused
+  assert not (workdir / "runs" / "additive_d8" / "result.json").exists()
+
+
 # --- item 10: bad paths and flags give one line, before any work ------------------
 
 def _one_line_failure(proc, *needles):
