@@ -17,6 +17,12 @@ once, whatever its trip count, so for the RNN (whose encoder and decoder are
 
 A function differentiated with `jax.grad` is counted as traced, so the
 backward pass and the recomputation of `jax.checkpoint`-ed parts are in it.
+So is work whose result nothing uses: the traced program is not pruned, while
+XLA drops it. The Transformer's attention with dropout on its weights is
+such a case (its undropped weighted sum is computed and replaced), so its
+count is one forward weighted sum above what runs; the presets train without
+that dropout, and there the count equals the hand count of what runs
+(tests/experiments/test_cpu_efficiency.py).
 Counting `fn` with `loops=False` counts every loop body once, the way XLA's
 `cost_analysis` does, which makes the two comparable.
 """

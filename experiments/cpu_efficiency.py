@@ -2,10 +2,13 @@ r"""How close a training step comes to the machine's own float32 matmul peak.
 
     python -m experiments.cpu_efficiency --out=results/cpu_efficiency/DATE.jsonl
     python -m experiments.cpu_efficiency --cells=additive:1024 --seeds=2 --threads=0
+    python -m experiments.cpu_efficiency --preset=transformer \
+        --cells=scaled_dot:16,scaled_dot:1024 --seeds=1 --profile=/tmp/trace
 
-One process, on one core (`--threads=1`, the default: how a `--workers`
-process of the quick preset trains) or on every core (`--threads=0`). It
-measures:
+Either model family: the RNN of the quick preset or the Transformer of the
+`transformer` preset (`--preset`). One process, on one core (`--threads=1`,
+the default: how a `--workers` process of both presets trains) or on every
+core (`--threads=0`). It measures:
 
 1. **The peak**: FLOP/s of jitted float32 matrix products
    (`benchmarking.matmul_rates`: large squares, the quick model's batch-wide
@@ -15,15 +18,16 @@ measures:
    (`train_lib.EnsembleTrainer`, its compiled step) on the first `--batches`
    real batches of its training stream at the longest bucket length that has
    that many among the first 50 x `--batches` (64 pairs x 32 tokens in the
-   quick preset: one shape, one compilation): one untimed pass
+   quick and transformer presets: one shape, one compilation): one untimed pass
    warms up, a second is timed step by step (each step waits for its loss, as
    the trainer does). FLOPs of a step are counted four ways:
 
    - `flops`: from the step's jaxpr (`attention_jax.flops`, loops times their
      trip counts, backward and recomputation included): the figure used;
    - `hand_matmul`: the model's matrix products counted by hand
-     (`hand_matmul_flops`, three times the forward for forward + backward):
-     a check of the above;
+     (`hand_matmul_flops`: `rnn_matmul_flops` or `transformer_matmul_flops`,
+     three times the forward for forward + backward): a check of the above,
+     equal to it for the scores each count covers (tests); none otherwise;
    - `xla_loop_aware_flops`: XLA's cost analysis of the compiled step with
      each loop body counted trip-count times (`compile_check.loop_aware_cost`):
      the compiler's check of the jaxpr's total (9.71 against 9.49 GFLOP per
@@ -40,15 +44,22 @@ measures:
    XLA:CPU's per-thunk trace marks, the `--batches` steps run under
    `jax.profiler.trace` (files in DIR/ARM_DIM_seedsN/, with the compiled HLO),
    and each thunk's time is attributed to the part of the model its op comes
-   from (the model's and train step's `jax.named_scope`s: encoder (with the
-   decoder's start: the bridge and the keys' projection), decoder,
-   output layer, loss, optimizer; dropout masks by their random-bit ops) and
-   to forward or backward (`breakdown`). XLA fuses the output layer's product
-   into the softmax's max, so the output layer's forward product shows up in
-   `loss`. The trace marks slow a step down by 5–10%.
+   from and to forward or backward (`breakdown`). The RNN's parts are its and
+   the train step's `jax.named_scope`s (`part_of`): encoder (with the
+   decoder's start: the bridge and the keys' projection), decoder, output
+   layer, loss, optimizer; dropout masks by their random-bit ops. XLA fuses
+   the RNN's output-layer product into the softmax's max, so its forward
+   product shows up in `loss`. The Transformer has no scopes of its own: its
+   parts come from the call stack XLA keeps for every op
+   (`hlo_stack_frames`, `transformer_part_of`): each self and cross attention
+   split into projections and the rest, the FFNs, LayerNorm, embeddings,
+   output layer, with the step's loss and optimizer scopes. The trace marks
+   slow a step down by 5–10%.
 
 Writes one JSON row per cell and seed count, and one for the peak, to `--out`
-(appended, each row stamped with its provenance), and prints a table.
+(appended as each is measured, each row stamped with its provenance), and
+prints a table. Bad flags and an `--out` or `--profile` path that cannot be
+written are refused in one line before any measuring.
 """
 
 from __future__ import annotations
@@ -88,6 +99,21 @@ def define_flags() -> None:
                       "time goes (module docstring, 3).")
 
 def hand_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
+  """Matrix-product FLOPs of one training step of one member, counted by hand
+  from the model's definition: `rnn_matmul_flops` for a `Seq2SeqConfig`,
+  `transformer_matmul_flops` for a `TransformerConfig`. A ValueError says
+  what a count does not cover (the caller then reports none); a TypeError
+  names a config of neither family."""
+  from attention_jax import models  # pylint: disable=g-import-not-at-top
+  if isinstance(config, models.Seq2SeqConfig):
+    return rnn_matmul_flops(config, batch, src_len, tgt_len)
+  if isinstance(config, models.TransformerConfig):
+    return transformer_matmul_flops(config, batch, src_len, tgt_len)
+  raise TypeError(f"no hand count for a {type(config).__name__}: give a Seq2SeqConfig or "
+                  "a TransformerConfig.")
+
+
+def rnn_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   """Matrix-product FLOPs of one forward + backward pass of a GRU/LSTM Seq2Seq.
 
   Counted from the model's definition (models/seq2seq.py), 2 FLOPs per
@@ -126,6 +152,63 @@ def hand_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   return 3 * fwd
 
 
+# The multi-head scores whose logits are one product q·kᵀ per head of the
+# projected query and keys, scaled or normalised elementwise: the hand count
+# of a Transformer covers these. `general` and `additive` add per-head
+# matrices (and `additive` chunks its tanh block), `location` is no q·kᵀ.
+ONE_PRODUCT_SCORES = ("dot", "scaled_dot", "inverse_dim", "qk_norm", "cosine",
+                      "multiplicative", "scaled_multiplicative")
+
+
+def transformer_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
+  """Matrix-product FLOPs of one forward + backward pass of a `Transformer`.
+
+  Counted from the model's definition (models/transformer.py, layers.py), 2
+  FLOPs per multiply-add, with B batch, S source and T target length, D
+  d_model, H heads of query/key size d_k and value size d_v = D / H, F d_ff,
+  V vocabulary:
+
+  - an attention block of Tq queries over Tk keys: the query projection
+    (Tq·D·H·d_k), key and value projections (Tk·D·H·(d_k + d_v)), output
+    projection (Tq·H·d_v·D), scores q·kᵀ (H·Tq·Tk·d_k) and the weighted sum
+    of the values (H·Tq·Tk·d_v);
+  - the FFN: two products of n·D·F for n positions;
+  - each encoder layer: self attention over S and the FFN; each decoder layer:
+    causal self attention over T (the mask hides half the scores; they are
+    still computed), cross attention of T queries over S keys, the FFN;
+  - the pre-softmax projection, T·D·V: the tied embedding table or the
+    separate output layer; embedding lookups are gathers, no products.
+
+  Every product's operands both depend on the parameters, so its backward
+  pass costs two products: three forwards in all. LayerNorm, softmax, the
+  loss and Adam are elementwise work (the jaxpr count's `other`).
+
+  Covers the plain attention kernel (every key axis under
+  `attention._BLOCKWISE_MIN_KEYS`, as the presets' batches are) with the
+  scores of `ONE_PRODUCT_SCORES` and no dropout on the attention weights
+  (which recomputes the weighted sum); a ValueError names what it does not.
+  """
+  c = config
+  if c.score not in ONE_PRODUCT_SCORES:
+    raise ValueError(f"no hand count for score {c.score!r}: only {ONE_PRODUCT_SCORES}.")
+  if c.attention_dropout:
+    raise ValueError(f"no hand count with attention_dropout {c.attention_dropout}: the "
+                     "dropped-out weights' context is a product of its own.")
+  b, s, t = batch, src_len, tgt_len
+  d, h, f, v = c.d_model, c.num_heads, c.d_ff, c.vocab_size
+  dk, dv = c.head_dim, c.d_model // c.num_heads
+
+  def attention(queries: int, keys: int) -> float:
+    return 2 * b * (queries * d * h * dk + keys * d * h * (dk + dv) + queries * h * dv * d
+                    + h * queries * keys * (dk + dv))
+
+  ffn = lambda n: 2 * b * n * d * f * 2
+  fwd = c.num_encoder_layers * (attention(s, s) + ffn(s))
+  fwd += c.num_layers * (attention(t, t) + attention(t, s) + ffn(t))
+  fwd += 2 * b * t * d * v
+  return 3 * fwd
+
+
 # Where a traced step's time goes: each thunk XLA:CPU ran, by the part of the
 # model its op belongs to (the `jax.named_scope`s of the model and the train
 # step in its HLO metadata) and by direction (forward, or backward: the op
@@ -144,12 +227,94 @@ def hlo_op_names(hlo_text: str) -> dict:
   return {m.group(1): m.group(2) for m in found}
 
 
-def part_of(op_name: str) -> tuple[str, str]:
-  """`(part, direction)` of an op: PARTS' name or "other", "forward" / "backward"."""
+def part_of(op_name: str, functions: tuple = ()) -> tuple[str, str]:
+  """`(part, direction)` of an op of the RNN's step: PARTS' name or "other",
+  "forward" / "backward". (`functions` is unused: the RNN names its parts by scopes.)"""
+  del functions
   direction = "backward" if "transpose(" in op_name else "forward"
   for part, keys in PARTS:
     if any(k in op_name for k in keys):
       return part, direction
+  return "other", direction
+
+
+def hlo_stack_frames(hlo_text: str) -> dict:
+  """Instruction name -> the functions of the Python call stack that made
+  its op, outermost first, from a compiled module's text.
+
+  The Transformer has no `jax.named_scope`s of its own (and its code may not
+  change while experiments run on it), but JAX records each op's call stack
+  and XLA prints it after the module: tables FunctionNames, FileLocations
+  (a function per location) and StackFrames (a location and a parent frame
+  per frame), and each instruction's `stack_frame_id`. jax 0.10.2's XLA
+  prints a frame's parent as its id + 1 (a root's as 1); a table whose roots
+  say 0 is read as it stands."""
+  import re  # pylint: disable=g-import-not-at-top
+
+  def table(title: str) -> dict:
+    block = re.search(rf"^{title}\n((?:\d+ [^\n]*\n?)*)", hlo_text, re.M)
+    rows = re.findall(r"^(\d+) (.*)$", block.group(1), re.M) if block else []
+    return {int(i): text for i, text in rows}
+
+  functions = {i: text.strip('"') for i, text in table("FunctionNames").items()}
+  location = {i: int(re.search(r"function_name_id=(\d+)", text).group(1))
+              for i, text in table("FileLocations").items()}
+  frames = {i: (int(re.search(r"file_location_id=(\d+)", text).group(1)),
+                int(re.search(r"parent_frame_id=(\d+)", text).group(1)))
+            for i, text in table("StackFrames").items()}
+  shift = 0 if any(parent == 0 for _, parent in frames.values()) else 1
+
+  def stack(frame: int) -> tuple:
+    names = []
+    while frame in frames and len(names) <= len(frames):
+      loc, parent = frames[frame]
+      names.append(functions.get(location.get(loc), "?"))
+      frame = parent - shift
+    return tuple(reversed(names))
+
+  found = re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = [^\n]*?metadata=\{[^}\n]*?'
+                      r'stack_frame_id=(\d+)', hlo_text, re.M)
+  return {m.group(1): stack(int(m.group(2))) for m in found}
+
+
+def transformer_part_of(op_name: str, functions: tuple) -> tuple[str, str]:
+  """`(part, direction)` of an op of the Transformer's step, from the step's
+  scopes (loss, optimizer; dropout by its random-bit ops) and the model
+  functions on its call stack (`hlo_stack_frames`): the encoder's or the
+  decoder's self attention, the cross attention (with the keys' and values'
+  projection of the encoder output, made in `Transformer.__call__`), each
+  split into its projections (the Linear layers) and the rest (scores,
+  softmax, weighted sum, the heads' reshapes); the FFNs; LayerNorm with the
+  residual adds; the embeddings; the output layer (tied embedding)."""
+  direction = "backward" if "transpose(" in op_name else "forward"
+  called = set(functions)
+  if "Dropout.__call__" in called or any(k in op_name for k in PARTS[0][1]):
+    return "dropout", direction
+  for part, scopes in (("optimizer", ("(optimizer)", "/optimizer/")),
+                       ("loss", ("(loss)", "/loss/"))):
+    if any(k in op_name for k in scopes):
+      return part, direction
+  if "Transformer.logits" in called:
+    return "output layer", direction
+  if "Transformer._embed" in called:
+    return "embeddings", direction
+  stack = "encoder" if "EncoderLayer.__call__" in called else (
+      "decoder" if "DecoderLayer.__call__" in called else None)
+  if "FeedForward.__call__" in called:
+    return f"{stack} FFN", direction
+  if "DecoderLayer.__call__.<locals>.cross_attention" in called or (
+      stack is None and "MultiHeadAttention.project_kv" in called):
+    attention = "cross attention"
+  elif "MultiHeadAttention.__call__" in called or (
+      "DecoderLayer.__call__.<locals>.self_attention" in called):
+    attention = f"{stack} self attention"
+  else:
+    attention = None
+  if attention:
+    what = "projections" if "Linear.__call__" in called else "scores, softmax, sum"
+    return f"{attention}: {what}", direction
+  if "LayerNorm.__call__" in called or "_Block._residual" in called:
+    return f"{stack} LayerNorm + residual", direction
   return "other", direction
 
 
@@ -165,14 +330,17 @@ def thunk_times(events) -> list:
                 if not name.startswith(("end: ", "ThunkExecutor", "while")))
 
 
-def breakdown(xspace_path: str, hlo_text: str, steps: int, step_seconds: float) -> list:
+def breakdown(xspace_path: str, hlo_text: str, steps: int, step_seconds: float,
+              attribute=part_of) -> list:
   """Rows of where a traced step's time goes (module docstring, 3), per step:
-  for each part and direction the milliseconds of its thunks, of them in loop
-  bodies and in matrix products, and its thunks per step; then the time
-  between thunks (thunk dispatch, loop control, the host)."""
+  for each part and direction (`attribute(op_name, functions)`: `part_of`
+  for the RNN, `transformer_part_of`) the milliseconds of its thunks, of them
+  in loop bodies and in matrix products, and its thunks per step; then the
+  time between thunks (thunk dispatch, loop control, the host)."""
   import collections  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   names = hlo_op_names(hlo_text)
+  stacks = hlo_stack_frames(hlo_text)
   data = jax.profiler.ProfileData.from_file(xspace_path)
   acc = collections.defaultdict(collections.Counter)
   for plane in data.planes:
@@ -182,7 +350,7 @@ def breakdown(xspace_path: str, hlo_text: str, steps: int, step_seconds: float) 
       for _, dur, name in thunk_times((e.start_ns, e.duration_ns, e.name)
                                       for e in line.events):
         op = names.get(name, "")
-        c = acc[part_of(op)]
+        c = acc[attribute(op, stacks.get(name, ()))]
         c["ms"] += dur / 1e6
         c["thunks"] += 1
         if "/while/body" in op:
@@ -225,6 +393,9 @@ def _check_flags():
       raise ValueError(f"`--seeds` must be positive seed counts, got {FLAGS.seeds!r}.")
     if FLAGS.batches < 1:
       raise ValueError(f"`--batches` must be >= 1, got {FLAGS.batches}.")
+    if FLAGS.repeats < 1:
+      raise ValueError(f"`--repeats` must be >= 1 (timed calls per matmul shape), "
+                       f"got {FLAGS.repeats}.")
     if FLAGS.threads not in (0, 1):
       raise ValueError(f"`--threads` must be 1 or 0 (every core), got {FLAGS.threads}.")
     if FLAGS.core is not None and FLAGS.core not in os.sched_getaffinity(0):
@@ -233,13 +404,58 @@ def _check_flags():
     cfg = config_lib.from_preset(FLAGS.preset)
     for arm, dim in cells:
       cfg.point(config_lib.Arm.of(arm, dim))
-    if FLAGS.profile and os.path.exists(FLAGS.profile) and not os.path.isdir(FLAGS.profile):
-      raise ValueError(f"`--profile` {FLAGS.profile} is a file; give a folder.")
-    if FLAGS.out and os.path.isdir(FLAGS.out):
-      raise ValueError(f"`--out` {FLAGS.out} is a folder; give a file.")
+    if FLAGS.profile:
+      common.check_output_dir("profile", FLAGS.profile)
+    if FLAGS.out:
+      check_rows_file("out", FLAGS.out)
   except (ValueError, TypeError, KeyError) as e:
     sys.exit(f"error: {e}")
   return cfg, cells, seeds
+
+
+def check_rows_file(flag: str, path: str) -> None:
+  """Raises a ValueError naming `--flag` unless rows can be appended to `path`:
+  a file that is UTF-8 text (its rows are read back and kept), or none yet in
+  a folder that is (or can become) writable. Checked before the measuring,
+  which takes minutes and whose rows a failed write would lose; creates nothing."""
+  if os.path.isdir(path):
+    raise ValueError(f"`--{flag}` {path} is a folder; give a file.")
+  folder = os.path.dirname(os.path.abspath(path))
+  probe = folder
+  while not os.path.exists(probe):
+    probe = os.path.dirname(probe)
+  if not os.path.isdir(probe):
+    raise ValueError(f"`--{flag}` {path}: {probe} is a file, so the folder {folder} cannot "
+                     "be made.")
+  if not os.access(probe, os.W_OK | os.X_OK):
+    raise ValueError(f"`--{flag}` {path}: no permission to write in {probe}.")
+  if os.path.exists(path):
+    try:
+      with open(path, encoding="utf-8") as f:
+        f.read()
+    except UnicodeDecodeError as e:
+      raise ValueError(f"`--{flag}` {path} is not UTF-8 text (byte {e.start}), so rows "
+                       "cannot be appended to it; give a JSON-lines file or a new path.") from None
+    except OSError as e:
+      raise ValueError(f"`--{flag}` {path} cannot be read: {e.strerror}.") from None
+    if not os.access(path, os.W_OK):
+      raise ValueError(f"`--{flag}` {path}: no permission to write it.")
+
+
+def append_rows(path: str, rows: list) -> None:
+  """Appends `rows`, each stamped with its provenance, to the JSON-lines file
+  `path` in one atomic write (the file is whole or as it was)."""
+  from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
+  os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+  old = ""
+  if os.path.exists(path):
+    with open(path, encoding="utf-8") as f:
+      old = f.read()
+  if old and not old.endswith("\n"):
+    old += "\n"
+  files.atomic_write(path, old + "".join(json.dumps(provenance.stamp(r)) + "\n"
+                                         for r in rows))
 
 
 def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
@@ -310,8 +526,12 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
         traced_times.append(time.perf_counter() - start)
     import glob  # pylint: disable=g-import-not-at-top
     xspace = sorted(glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True))[-1]
-    parts = breakdown(xspace, traced_hlo, n, sum(traced_times) / n)
-  return {"kind": "step", "preset": FLAGS.preset, "arm": arm, "dim": dim, "seeds": seeds,
+    from attention_jax import models  # pylint: disable=g-import-not-at-top
+    attribute = (transformer_part_of if isinstance(trainer.model_config,
+                                                   models.TransformerConfig) else part_of)
+    parts = breakdown(xspace, traced_hlo, n, sum(traced_times) / n, attribute)
+  return {"kind": "step", "preset": FLAGS.preset, "model": run.model.name, "arm": arm,
+          "dim": dim, "seeds": seeds,
           "profile": parts,
           "batches": n, "batch_size": int(src.shape[0]), "length": int(src.shape[1]),
           "seconds": seconds, "step_median_s": statistics.median(times),
@@ -335,17 +555,19 @@ def main(argv):
     workers.use_one_core(FLAGS.core)
   from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
   from attention_jax.training import datasets  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import files  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
 
   machine = benchmarking.machine_description()
   print(f"{machine['cpu']}, jax {machine['jax_version']}, cores "
         f"{sorted(os.sched_getaffinity(0))}")
   rates = benchmarking.matmul_rates(repeats=FLAGS.repeats)
   peak_shape, peak = max(rates.items(), key=lambda kv: kv[1])
-  rows = [{"kind": "matmul_peak", "threads": FLAGS.threads, "peak_flops_per_s": peak,
-           "peak_shape": list(peak_shape),
-           "rates": {"x".join(map(str, k)): v for k, v in rates.items()}, **machine}]
+  peak_row = {"kind": "matmul_peak", "threads": FLAGS.threads, "peak_flops_per_s": peak,
+              "peak_shape": list(peak_shape),
+              "rates": {"x".join(map(str, k)): v for k, v in rates.items()}, **machine}
+  written = 0
+  if FLAGS.out:  # each row as soon as it is measured: a stopped run keeps what it has
+    append_rows(FLAGS.out, [peak_row])
+    written += 1
   for shape, rate in rates.items():
     print(f"  matmul {shape}: {rate / 1e9:7.1f} GFLOP/s")
   data = datasets.load_data(cfg)
@@ -358,7 +580,9 @@ def main(argv):
       row = measure(cfg, arm, dim, seeds, data, FLAGS.batches)
       row.update(threads=FLAGS.threads, peak_flops_per_s=peak,
                  share_of_peak=row["matmul_flops_per_s"] / peak, **machine)
-      rows.append(row)
+      if FLAGS.out:
+        append_rows(FLAGS.out, [row])
+        written += 1
       per = lambda x: "-" if x is None else f"{x / FLAGS.batches / 1e9:.2f}"
       print(f"| {arm}:{dim} | {seeds} | {row['step_median_s'] * 1e3:.0f} | "
             f"{per(row['matmul_flops'])} / {per(row['hand_matmul_flops'])} | "
@@ -369,11 +593,7 @@ def main(argv):
       if row["profile"]:
         print(profile_table(row["profile"]), flush=True)
   if FLAGS.out:
-    os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
-    old = open(FLAGS.out, encoding="utf-8").read() if os.path.exists(FLAGS.out) else ""
-    files.atomic_write(FLAGS.out, old + "".join(
-        json.dumps(provenance.stamp(r)) + "\n" for r in rows))
-    print(f"appended {len(rows)} rows to {FLAGS.out}")
+    print(f"appended {written} rows to {FLAGS.out}")
 
 
 if __name__ == "__main__":

@@ -71,3 +71,14 @@ def test_cond_takes_its_most_expensive_branch():
   def f(p, x):
     return jax.lax.cond(p, lambda x: x @ x @ x, lambda x: x, x)
   assert flops.count(f, True, jnp.ones((4, 4))).matmul == pytest.approx(2 * 2 * 4 ** 3)
+
+
+def test_work_whose_result_is_unused_is_counted_and_xla_drops_it():
+  def f(x, w):
+    del_me = x @ w  # pylint: disable=unused-variable
+    return jnp.sum(x @ x)
+  x = jnp.ones((8, 8))
+  assert flops.count(f, x, x).matmul == 2 * 2 * 8 ** 3
+  xla = jax.jit(f).lower(x, x).compile().cost_analysis()
+  xla = xla[0] if isinstance(xla, (list, tuple)) else xla
+  assert xla["flops"] < 1.5 * 2 * 8 ** 3  # one product and the sum

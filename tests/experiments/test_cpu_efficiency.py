@@ -1,6 +1,8 @@
 """experiments/cpu_efficiency.py: its FLOP counts and its flags."""
 
+import dataclasses
 import functools
+import json
 import os
 import subprocess
 import sys
@@ -34,6 +36,63 @@ def test_hand_count_equals_the_jaxpr_count_of_the_training_step(kw):
   step = functools.partial(steps.train_step, graphdef, tx, pad_id=0, dropout=c.dropout > 0)
   counted = flops.count(step, params, rest, tx.init(params), src, tgt, tgt, jax.random.key(0))
   assert counted.matmul == cpu_efficiency.hand_matmul_flops(c, 3, 7, 9)
+
+
+def _transformer_step_matmul(c, batch: int, src_len: int, tgt_len: int) -> float:
+  """The jaxpr count of the real training step (`steps.train_step`, label
+  smoothing and dropout as the preset trains) of a Transformer built from `c`."""
+  graphdef, params, rest = nnx.split(models.Transformer(c, rngs=nnx.Rngs(0)), nnx.Param, ...)
+  tx = optax.adam(1e-3)
+  src = jnp.full((batch, src_len), 5, jnp.int32)
+  tgt = jnp.full((batch, tgt_len), 6, jnp.int32)
+  step = functools.partial(steps.train_step, graphdef, tx, pad_id=0, label_smoothing=0.1,
+                           dropout=c.dropout > 0)
+  return flops.count(step, params, rest, tx.init(params), src, tgt, tgt,
+                     jax.random.key(0)).matmul
+
+
+@pytest.mark.parametrize("d_k", [4, 48])  # d_k below and far above d_model / heads
+@pytest.mark.parametrize("kw", [
+    dict(score="scaled_dot"),
+    dict(score="dot", pre_layer_norm=True, share_embeddings=False, encoder_layers=1),
+    dict(score="qk_norm", dropout=0.0),
+    dict(score="inverse_dim", num_layers=1, encoder_layers=3),
+])
+def test_transformer_hand_count_equals_the_jaxpr_count_of_the_training_step(d_k, kw):
+  c = models.TransformerConfig(**{**dict(vocab_size=50, num_layers=2, d_model=16, num_heads=2,
+                                        d_ff=24, attention_dim=d_k, dropout=0.1), **kw})
+  hand = cpu_efficiency.hand_matmul_flops(c, 3, 7, 9)
+  # Stated tolerance: none. Both are sums of integers far below 2^53, so they
+  # agree exactly or the hand count misses a product.
+  assert _transformer_step_matmul(c, 3, 7, 9) == hand
+  # and the count moves with d_k as the formula says: Q and K projections and
+  # the scores grow linearly in d_k, nothing else does
+  wider = dataclasses.replace(c, attention_dim=d_k + 1)
+  b, s, t, d, h = 3, 7, 9, c.d_model, c.num_heads
+  per_dk = 2 * b * (h * d * (2 * s + s * s / d) * c.num_encoder_layers
+                    + h * d * (2 * t + t * t / d + t + s + t * s / d) * c.num_layers)
+  assert cpu_efficiency.hand_matmul_flops(wider, b, s, t) - hand == pytest.approx(3 * per_dk)
+
+
+@pytest.mark.parametrize("kw, named", [
+    (dict(score="additive", attention_dim=8), "additive"),
+    (dict(score="general"), "general"),
+    (dict(attention_dropout=0.1), "attention_dropout"),
+])
+def test_no_transformer_hand_count_where_it_would_be_wrong(kw, named):
+  c = models.TransformerConfig(vocab_size=50, num_layers=1, d_model=16, num_heads=2, d_ff=24,
+                               **kw)
+  with pytest.raises(ValueError, match=named):
+    cpu_efficiency.hand_matmul_flops(c, 3, 7, 9)
+  # and what it refuses is indeed not what the formula gives
+  formula = cpu_efficiency.hand_matmul_flops(
+      dataclasses.replace(c, score="scaled_dot", attention_dropout=0.0), 3, 7, 9)
+  assert _transformer_step_matmul(c, 3, 7, 9) != formula
+
+
+def test_hand_count_names_a_config_of_neither_family():
+  with pytest.raises(TypeError, match="dict"):
+    cpu_efficiency.hand_matmul_flops({}, 3, 7, 9)
 
 
 def test_xla_with_loops_counted_agrees_with_the_jaxpr_and_xla_as_it_is_does_not():
@@ -102,6 +161,91 @@ def test_a_traced_program_is_broken_down_by_its_scopes(tmp_path):
   assert sum(r["ms"] for r in rows) == pytest.approx(1e3)  # the rest of the 1 s given
 
 
+def _inner(x):
+  return jnp.sin(x) @ x
+
+
+def _middle(x):
+  return _inner(x) + 1.0
+
+
+def _outer(x):
+  y = _middle(x)
+  return jnp.cos(y) @ y
+
+
+def test_the_call_stack_of_each_op_is_read_from_the_compiled_module():
+  hlo = jax.jit(_outer).lower(jnp.ones((4, 4))).compile().as_text()
+  stacks = cpu_efficiency.hlo_stack_frames(hlo)
+  dots = {name: op for name, op in cpu_efficiency.hlo_op_names(hlo).items()
+          if "dot_general" in op}
+  found = sorted(stacks[name][-3:] for name in dots)
+  assert len(found) == 2
+  assert found[0][-3:] == ("_outer", "_middle", "_inner")  # the product in _inner
+  assert found[1][-1] == "_outer" and "_middle" not in found[1]  # the one in _outer
+  # the printed parent is its id + 1 in jax 0.10.2; a table with 0 for roots is read as is
+  table = ('FunctionNames\n1 "f"\n2 "g"\n\nFileLocations\n1 {file_name_id=1 '
+           'function_name_id=1 line=1}\n2 {file_name_id=1 function_name_id=2 line=2}\n\n'
+           'StackFrames\n1 {file_location_id=1 parent_frame_id=0}\n'
+           '2 {file_location_id=2 parent_frame_id=1}\n\n'
+           '  %dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="x" stack_frame_id=2}\n')
+  assert cpu_efficiency.hlo_stack_frames(table) == {"dot.1": ("f", "g")}
+
+
+def test_transformer_ops_are_attributed_by_the_functions_that_made_them():
+  part = cpu_efficiency.transformer_part_of
+  enc = ("train_step", "Transformer.__call__", "Transformer._encode", "EncoderLayer.__call__")
+  dec = ("train_step", "Transformer.__call__", "DecoderLayer.__call__")
+  mha = ("MultiHeadAttention.__call__",)
+  bwd = "jit(step_fn)/transpose(jvp())/dot_general"
+  assert part(bwd, enc + mha + ("MultiHeadAttention.project_kv", "Linear.__call__")) == (
+      "encoder self attention: projections", "backward")
+  assert part("jit(step_fn)/jvp()/dot_general", enc + mha + (
+      "MultiHeadAttention.attend", "attend")) == (
+          "encoder self attention: scores, softmax, sum", "forward")
+  assert part("x", dec + ("DecoderLayer.__call__.<locals>.self_attention",) + mha + (
+      "MultiHeadAttention.attend", "Linear.__call__")) == (
+          "decoder self attention: projections", "forward")
+  assert part("x", dec + ("DecoderLayer.__call__.<locals>.cross_attention",
+                          "MultiHeadAttention.attend", "scaled_dot")) == (
+      "cross attention: scores, softmax, sum", "forward")
+  # the keys and values of the encoder output are projected outside the layer
+  assert part("x", ("Transformer.__call__", "MultiHeadAttention.project_kv",
+                    "Linear.__call__")) == ("cross attention: projections", "forward")
+  assert part("x", dec + ("FeedForward.__call__", "Linear.__call__")) == (
+      "decoder FFN", "forward")
+  assert part("x", enc + ("_Block._residual", "LayerNorm.__call__")) == (
+      "encoder LayerNorm + residual", "forward")
+  assert part("x", enc + ("_Block._residual", "Dropout.__call__")) == ("dropout", "forward")
+  assert part("jit(step_fn)/jvp()/jit(_bernoulli)/random_bits", ()) == ("dropout", "forward")
+  assert part("x", ("Transformer.__call__", "Transformer.logits", "Embed.attend")) == (
+      "output layer", "forward")
+  assert part("jit(step_fn)/transpose(jvp(loss))/exp", ("token_loss",)) == ("loss", "backward")
+  assert part("jit(step_fn)/optimizer/mul", ()) == ("optimizer", "forward")
+  assert part("", ()) == ("other", "forward")
+
+
+def test_every_product_of_a_transformer_step_is_attributed_to_a_part_of_the_model():
+  c = models.TransformerConfig(vocab_size=50, num_layers=2, d_model=16, num_heads=2, d_ff=24,
+                               attention_dim=5, dropout=0.1)
+  graphdef, params, rest = nnx.split(models.Transformer(c, rngs=nnx.Rngs(0)), nnx.Param, ...)
+  tx = optax.adam(1e-3)
+  src, tgt = jnp.full((3, 7), 5, jnp.int32), jnp.full((3, 9), 6, jnp.int32)
+  step = jax.jit(functools.partial(steps.train_step, graphdef, tx, pad_id=0))
+  hlo = step.lower(params, rest, tx.init(params), src, tgt, tgt,
+                   jax.random.key(0)).compile().as_text()
+  stacks = cpu_efficiency.hlo_stack_frames(hlo)
+  parts = [cpu_efficiency.transformer_part_of(op, stacks.get(name, ()))
+           for name, op in cpu_efficiency.hlo_op_names(hlo).items() if "dot_general" in op]
+  assert parts and ("other", "forward") not in parts and ("other", "backward") not in parts
+  for attention in ("encoder self attention", "decoder self attention", "cross attention"):
+    for what in ("projections", "scores, softmax, sum"):
+      for direction in ("forward", "backward"):
+        assert (f"{attention}: {what}", direction) in parts
+  for part in ("encoder FFN", "decoder FFN", "output layer"):
+    assert (part, "forward") in parts and (part, "backward") in parts
+
+
 def test_no_hand_count_for_unprojected_scores():
   c = models.Seq2SeqConfig(vocab_size=50, embed_dim=16, hidden_dim=12, score="general")
   with pytest.raises(ValueError, match="general"):
@@ -114,14 +258,53 @@ def test_no_hand_count_for_unprojected_scores():
     (["--threads=3"], "--threads"),
     (["--cells=nosuch:8"], "nosuch"),
     ([f"--profile={os.path.abspath(__file__)}"], "--profile"),
+    (["--repeats=0"], "--repeats"),
 ])
 def test_bad_flags_exit_with_one_line_before_any_work(args, named):
+  _refused(args, named)
+
+
+def _refused(args, named):
+  """Runs the tool with `args`; asserts it stops with one `error:` line naming
+  `named` and measures nothing (no peak printed)."""
   out = subprocess.run([sys.executable, "-m", "experiments.cpu_efficiency", "--preset=smoke",
                         *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert out.returncode != 0
   lines = [l for l in out.stderr.splitlines() if l.startswith("error:")]
   assert len(lines) == 1 and named in lines[0], out.stderr[-2000:]
+  assert "Traceback" not in out.stderr
   assert "matmul" not in out.stdout
+  return lines[0]
+
+
+@pytest.mark.parametrize("case", ["not_utf8", "under_a_file", "file_for_a_folder", "a_folder",
+                                  "profile_under_a_file"])
+def test_output_paths_that_cannot_be_written_are_refused_before_measuring(tmp_path, case):
+  plain = tmp_path / "plain.txt"
+  plain.write_text("a file\n")
+  latin1 = tmp_path / "rows.jsonl"
+  latin1.write_bytes("{\"caf\u00e9\": 1}\n".encode("latin-1"))
+  flag, path, said = {
+      "not_utf8": ("--out", latin1, "not UTF-8"),
+      "under_a_file": ("--out", plain / "rows.jsonl", "is a file"),
+      "file_for_a_folder": ("--out", plain / "deeper" / "rows.jsonl", "is a file"),
+      "a_folder": ("--out", tmp_path, "is a folder"),
+      "profile_under_a_file": ("--profile", plain / "trace", "is a file"),
+  }[case]
+  line = _refused([f"{flag}={path}"], flag)
+  assert said in line and str(path) in line
+  assert latin1.read_bytes() == "{\"caf\u00e9\": 1}\n".encode("latin-1")  # left as it was
+  assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "rows.jsonl"]
+
+
+def test_rows_are_appended_to_what_the_file_holds(tmp_path):
+  path = tmp_path / "rows.jsonl"
+  path.write_text('{"kind": "old"}')  # no final newline
+  cpu_efficiency.append_rows(str(path), [{"kind": "new", "x": 1}])
+  cpu_efficiency.append_rows(str(path), [{"kind": "newer"}])
+  rows = [json.loads(l) for l in path.read_text(encoding="utf-8").splitlines()]
+  assert [r["kind"] for r in rows] == ["old", "new", "newer"]
+  assert rows[1]["x"] == 1 and "provenance" in rows[1] and "provenance" not in rows[0]
 
 
 @pytest.mark.slow  # a whole measurement (compiles and times a step): kept out of the default suite
@@ -133,7 +316,6 @@ def test_a_smoke_cell_reports_its_share_of_the_peak(tmp_path):
        f"--profile={tmp_path / 'trace'}"],
       cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert out.returncode == 0, out.stderr[-3000:]
-  import json  # pylint: disable=g-import-not-at-top
   rows = [json.loads(l) for l in path.read_text().splitlines()]
   peak, cell = rows
   assert peak["kind"] == "matmul_peak" and peak["peak_flops_per_s"] > 0
