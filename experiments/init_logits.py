@@ -2,6 +2,10 @@
 
     python -m experiments.init_logits --out=results/init_logits
 
+Without `--out` it writes to `runs/init_logits` (a scratch folder, ignored by
+git), never into the committed results. A bad flag or an `--out` that cannot
+be a folder is one `error:` line, before any measurement.
+
 Vaswani et al. 2017 (§3.2.1, footnote 4): if the components of q and k are
 independent random variables with mean 0 and variance 1, then
 q·k = Σ_i q_i k_i has mean 0 and variance d_k, so for large d_k the dot
@@ -95,12 +99,14 @@ import numpy as np
 from attention_jax import benchmarking
 from attention_jax import masks
 from attention_jax import registry
+from attention_jax.data import input_pipeline
 from attention_jax.models.transformer import ATTENTION_KINDS
 from attention_jax.training import config as config_lib
 from attention_jax.training import datasets
 from attention_jax.training import diagnostics
 from attention_jax.training import scaling
 from attention_jax.training import steps
+from experiments import common
 
 MODELS = ("transformer", "rnn")
 INITS = ("default", "premise")
@@ -157,6 +163,12 @@ class Settings:
       raise ValueError(f"`dims` must not repeat a value, got {self.dims!r}.")
     if not self.max_block_gb > 0:
       raise ValueError(f"`max_block_gb` must be > 0, got {self.max_block_gb!r}.")
+    if self.d_model % self.num_heads:
+      raise ValueError(f"`d_model` ({self.d_model}) must be divisible by `num_heads` "
+                       f"({self.num_heads}).")
+    if self.dataset not in input_pipeline.NAMES:
+      raise ValueError(f"`dataset` got {self.dataset!r}; allowed values: "
+                       f"{', '.join(input_pipeline.NAMES)}.")
     for name, allowed in (("models", MODELS), ("inits", INITS)):
       values = getattr(self, name)
       if not values or any(v not in allowed for v in values):
@@ -963,7 +975,8 @@ def define_flags() -> None:
   """The command line; defined only when this module is the program, since
   drivers that tests import beside it define `--dims`, `--models`, `--out` too."""
   defaults = Settings()
-  flags.DEFINE_string("out", "results/init_logits", "Output folder (created).")
+  flags.DEFINE_string("out", None, f"Output folder (created; default {SCRATCH_OUT}, a scratch "
+                      "folder: the committed results/init_logits is written only when named).")
   flags.DEFINE_list("dims", [str(dim) for dim in defaults.dims],
                     "Per-head query/key sizes d_k (RNN: attention dimension a).")
   flags.DEFINE_integer("batches", defaults.batches, "Training batches averaged per configuration.")
@@ -988,9 +1001,23 @@ def define_flags() -> None:
                      "Skip additive configurations whose tanh block would exceed this.")
 
 
+# Where a run without `--out` writes: a toy run with a flag or two must not
+# replace the committed results/init_logits (it did, by default).
+SCRATCH_OUT = os.path.join("runs", "init_logits")
+
+
+def _dims(values: list[str]) -> tuple[int, ...]:
+  try:
+    return tuple(int(d) for d in values)
+  except ValueError:
+    raise ValueError(f"`dims` must be a comma-separated list of integers, got "
+                     f"{','.join(values)!r}.") from None
+
+
 def settings_from_flags() -> Settings:
+  """The flags as `Settings`; a ValueError names the bad flag."""
   return Settings(
-      dims=tuple(int(d) for d in FLAGS.dims), batches=FLAGS.batches,
+      dims=_dims(FLAGS.dims), batches=FLAGS.batches,
       models=tuple(FLAGS.models), inits=tuple(FLAGS.inits),
       transformer_scores=tuple(FLAGS.transformer_scores), rnn_scores=tuple(FLAGS.rnn_scores),
       d_model=FLAGS.d_model, num_heads=FLAGS.num_heads, d_ff=FLAGS.d_ff,
@@ -1005,19 +1032,35 @@ def load_data(settings: Settings):
                        vocab_size=settings.vocab_size)
 
 
+def checked_out(out: str | None) -> str:
+  """The output folder: `out`, or `SCRATCH_OUT` when none is given; a
+  ValueError naming `--out` unless it is (or can become) a writable folder,
+  checked before minutes of measuring that a file there would throw away."""
+  out = out or SCRATCH_OUT
+  common.check_output_dir("out", out)
+  return out
+
+
 def main(argv):
+  # One `error:` line for a bad flag, not absl's usage of every flag.
   if len(argv) > 1:
-    raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    sys.exit(f"error: unexpected arguments {argv[1:]}")
   try:
     settings = settings_from_flags()
+    for model in settings.models:  # everything the sweep's config refuses, too
+      experiment_config(settings, model)
+    out = checked_out(FLAGS.out)
   except ValueError as err:
-    raise app.UsageError(str(err)) from err
+    sys.exit(f"error: {err}")
+  if not FLAGS.out:
+    print(f"no --out given: writing to {out} (the committed results/init_logits is "
+          "written only when --out names it)")
   prov = provenance(sys.argv)
   wall, cpu = time.perf_counter(), time.process_time()
   rows, skipped = measure(settings, load_data(settings))
-  write_outputs(FLAGS.out, rows, skipped, prov, settings,
+  write_outputs(out, rows, skipped, prov, settings,
                 (time.perf_counter() - wall, time.process_time() - cpu))
-  print(f"wrote {FLAGS.out}/README.md ({len(rows)} rows)")
+  print(f"wrote {out}/README.md ({len(rows)} rows)")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ command yields complete, finite rows and its report files."""
 import json
 import math
 import os
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -253,3 +255,39 @@ def test_settings_name_the_bad_argument():
     init_logits.Settings(models=("lstm",))
   with pytest.raises(ValueError, match="`rnn_scores`"):
     init_logits.Settings(rnn_scores=("cosine",))
+
+
+# -- the command line ----------------------------------------------------------
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.mark.parametrize("flag,needle", [
+    ("--num_heads=3", "`num_heads` (3)"),      # a traceback in the Transformer's config
+    ("--dataset=bogus", "'bogus'"),            # a traceback in the data loader
+    ("--dims=8,x", "`dims`"),
+    ("--batches=0", "`batches`"),
+    ("--rnn_scores=cosine", "`rnn_scores`"),
+    ("--out=FILE", "--out"),                   # minutes of measuring, then a traceback
+    ("--out=FILE/below", "--out"),
+])
+def test_a_bad_flag_is_one_line_before_any_work(tmp_path, flag, needle):
+  # Each printed absl's usage of every flag (135 lines) or a traceback.
+  (tmp_path / "FILE").write_text("not a folder")
+  flag = flag.replace("FILE", str(tmp_path / "FILE"))
+  # A tiny run but for the bad flag (given last, it wins), from a folder of its own.
+  proc = subprocess.run([sys.executable, "-m", "experiments.init_logits", "--models=rnn",
+                         "--dims=8", flag], cwd=tmp_path, capture_output=True, text=True,
+                        timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 1 and len(err) == 1, proc.stderr[-3000:]
+  assert err[0].startswith("error: ") and needle in err[0]
+  assert sorted(os.listdir(tmp_path)) == ["FILE"]  # nothing written, not even runs/
+
+
+def test_without_out_it_writes_to_a_scratch_folder_not_the_committed_results(tmp_path):
+  # It replaced the committed results/init_logits with whatever toy run it made.
+  assert init_logits.SCRATCH_OUT == os.path.join("runs", "init_logits")
+  assert init_logits.checked_out(None) == init_logits.SCRATCH_OUT
+  assert init_logits.checked_out(str(tmp_path / "new")) == str(tmp_path / "new")
+  assert not (tmp_path / "new").exists()  # checked, not made
