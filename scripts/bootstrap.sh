@@ -13,11 +13,23 @@ set -euo pipefail
 py="${1:-python3}"
 venv="${2:-.venv}"
 lock="${3:-}"
+# A misspelt Python (python3.99) made the venv step fail, which was taken for
+# Debian's missing python3-venv: apt-get changed the system, then the venv
+# step failed again. The interpreter is checked first, and apt-get runs only
+# for one whose venv module is what is missing.
+if ! command -v "$py" >/dev/null 2>&1 || ! "$py" -c 'import sys' >/dev/null 2>&1; then
+  echo "error: no Python '$py' (PYTHON_SYS): name an installed one, e.g." \
+       "make PYTHON_SYS=python3.11" >&2
+  exit 1
+fi
 if [ ! -x "$venv/bin/python" ]; then
   if ! "$py" -m venv "$venv" 2>/dev/null; then
-    # Debian/Ubuntu ship venv separately.
     rm -rf "$venv"
-    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    if "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+      # The module is there: another cause, which its own message names.
+      "$py" -m venv "$venv" || { echo "error: '$py -m venv $venv' failed (above)" >&2; exit 1; }
+    elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      # Debian/Ubuntu ship venv separately.
       apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
       "$py" -m venv "$venv"
     else

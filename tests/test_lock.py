@@ -4,6 +4,7 @@ venv built from one (scripts/bootstrap.sh) still holds its versions."""
 import importlib.metadata
 import os
 import re
+import subprocess
 import sys
 import tomllib
 
@@ -124,3 +125,30 @@ def test_this_venv_still_holds_the_lock_it_was_built_from():
     if installed is None or Version(installed) != Version(version):
       wrong[name] = (version, installed)
   assert wrong == {}, f"locked vs installed in {sys.prefix} (re-run `make`): {wrong}"
+
+
+# --- scripts/bootstrap.sh ----------------------------------------------------------
+
+def _recording_apt_get(tmp_path):
+  """A bin folder whose apt-get only records that it was called."""
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  apt = bin_dir / "apt-get"
+  apt.write_text(f"#!/bin/sh\necho \"$@\" >> {tmp_path / 'apt-get.calls'}\n")
+  apt.chmod(0o755)
+  return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("python", ["python3.99", "/nonexistent/python3", "false"])
+def test_bootstrap_names_a_python_that_is_not_there_before_touching_the_system(tmp_path,
+                                                                               python):
+  # A misspelt Python ran `apt-get update` and installed python3-venv on the
+  # system, then failed with "command not found".
+  env = _recording_apt_get(tmp_path)
+  proc = subprocess.run(["bash", "scripts/bootstrap.sh", python, str(tmp_path / "venv")],
+                        cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 1 and len(err) == 1, proc.stderr
+  assert err[0].startswith("error: no Python") and f"'{python}'" in err[0]
+  assert "PYTHON_SYS" in err[0]
+  assert not (tmp_path / "apt-get.calls").exists() and not (tmp_path / "venv").exists()
