@@ -195,6 +195,12 @@ def data_mesh():
   return jax.sharding.Mesh(np.asarray(devices), ("data",))
 
 
+def written(workdir: str) -> str:
+  """The last line of a finished sweep: where its table, rows and plots are."""
+  names = sorted(n for n in os.listdir(workdir) if n.endswith((".md", ".jsonl", ".png")))
+  return f"wrote {', '.join(names)} in {workdir}"
+
+
 def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool = False) -> None:
   """Builds the config, starts jax.distributed if asked, runs (or with
   `report_only` only rewrites the reports), prints the table; exits with
@@ -213,6 +219,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
   try:
     if report_only:
       print(sweep.report_only(cfg, FLAGS.workdir, axes))
+      print(written(FLAGS.workdir))
       return
     maybe_start_distributed()
     table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh(), axes=axes)
@@ -226,3 +233,5 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
     sys.exit(EXIT_STOPPED)
   if table is not None:
     print("\n" + table)
+    print(written(FLAGS.workdir))
+

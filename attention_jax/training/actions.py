@@ -60,6 +60,19 @@ def improved(scores: np.ndarray, ppl: np.ndarray, best_bleu: np.ndarray,
   return (scores > best_bleu) | ((scores == best_bleu) & (ppl < best_ppl))
 
 
+def eta_seconds(step: int, last_step: int, step_seconds: float, eval_every: int,
+                validation_seconds: float | None, final_seconds: float | None) -> float:
+  """Seconds until a run at `step` of `last_step` ends: its steps at the
+  steady-state `step_seconds` (not the first step's, which compiles), the
+  validations still due every `eval_every` steps at `validation_seconds`
+  each, and the final test evaluation (`final_seconds`); an evaluation not
+  yet timed (None) counts as 0. Wall time per step since the last progress
+  line made the estimate jump: up after each evaluation, down between them."""
+  validations = (last_step // eval_every - step // eval_every) if eval_every > 0 else 0
+  return ((last_step - step) * step_seconds + validations * (validation_seconds or 0.0)
+          + (final_seconds or 0.0))
+
+
 @jax.jit  # compiled, so that with several processes the result is one global array
 def keep_better(better, new, old):
   """Members flagged in `better [E]` take `new`, the others keep `old`."""
@@ -76,7 +89,7 @@ class RunActions:
     self.trainer, self.evaluator = trainer, trainer.evaluator
     self.ckpt, self.metrics, self.board, self.log = ckpt, metrics, board, log
     self.deadline = deadline
-    self.label = trainer.arm.label
+    self.label = trainer.label
     self.run = trainer.run_config
     self.last_step = self.run.optimizer.steps
     self.learning_rate = self.run.optimizer.learning_rate_schedule()
@@ -84,6 +97,8 @@ class RunActions:
                                                 shuffle=False, repeat=False))
     self.start_step = trainer.state.step
     self.slowest_validation = 0.0  # seconds, of this call (the first one compiles the decoder)
+    self.last_validation = None  # seconds of this call's latest validation
+    self.timed_steps, self.steady_seconds = 0, 0.0  # steps of this call; their time after the first
     self.saved_at = None  # the step of this call's latest checkpoint
     self._restart_window()
 
@@ -105,6 +120,9 @@ class RunActions:
     start = time.time()
     state = self.trainer.step(state, batch)
     seconds = time.time() - start
+    self.timed_steps += 1
+    if self.timed_steps > 1:  # the first step of a call compiles: no steady-state time
+      self.steady_seconds += seconds
     self.window_seconds += seconds
     self.window_tokens += (int((batch.tgt != self.trainer.tok.pad_id).sum())
                            * len(self.trainer.seeds))
@@ -122,16 +140,24 @@ class RunActions:
     return state, None
 
   def log_progress(self, state: TrainState):
-    # tokens/s over training steps only; the ETA from wall time (with evaluation).
+    # tokens/s over training steps only; the ETA from the steady-state step
+    # time and the evaluations still to come (`eta_seconds`).
     step = state.step
     rate = self.window_tokens / max(self.window_seconds, 1e-9)
     self.board.every_seed(step, {"learning_rate": float(self.learning_rate(step)),
                                  "tokens_per_second": rate})
-    eta = ((self.last_step - step) * (time.time() - self.window_start)
-           / max(self.run.periods.log_every, 1))
+    if self.timed_steps > 1:
+      step_seconds = self.steady_seconds / (self.timed_steps - 1)
+    else:
+      step_seconds = self.window_seconds / max(self.timed_steps, 1)
+    final = (self.evaluator.final_seconds(self.slowest_validation)
+             if self.last_validation is not None else None)
+    eta = eta_seconds(step, self.last_step, step_seconds, self.run.periods.eval_every,
+                      self.last_validation, final)
+    known = "" if final is not None else ", evaluation not yet timed"
     self.log(f"[{self.label}] step {step}/{self.last_step} loss "
              f"{' '.join(f'{x:.3f}' for x in state.loss)} | {rate:,.0f} target tok/s | "
-             f"ETA {eta / 60:.1f} min")
+             f"ETA {eta / 60:.1f} min{known}")
     self._restart_window()
     return state, None
 
@@ -163,7 +189,8 @@ class RunActions:
     self.log(f"[{self.label}] step {state.step}: validation BLEU "
              f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
              f"{' '.join(f'{p:.2f}' for p in ppl)}")
-    self.slowest_validation = max(self.slowest_validation, time.time() - start)
+    self.last_validation = time.time() - start
+    self.slowest_validation = max(self.slowest_validation, self.last_validation)
     return state, None
 
   def checkpoint(self, state: TrainState):
@@ -212,12 +239,20 @@ class RunActions:
         return state, None
     state = self.trainer.check_params(state, self.log)
     ok = state.diverged_at == 0
+    start = time.time()
+    estimate = (f", about {self.evaluator.final_seconds(self.slowest_validation) / 60:.1f} min"
+                if self.last_validation is not None else "")
+    self.log(f"[{self.label}] final evaluation: test BLEU of the best parameters "
+             f"(beam {self.run.evaluation.beam_size}){estimate}")
     test = self.evaluator.final_test(state.best_params, ok)
     final = self.trainer.diagnose(state.params, self.diag_batch)
     rows = [self._row(state, e, ok[e], test, final) for e in range(len(ok))]
     for e, seed in enumerate(self.trainer.seeds):
       self.board.row({"step": state.step, "seed": seed, "test_bleu": test.bleu[e]})
     attention = self.evaluator.alignment(state.best_params, "test")
+    self.log(f"[{self.label}] test BLEU "
+             f"{' '.join('–' if b is None else f'{b:.2f}' for b in test.bleu)} "
+             f"({time.time() - start:.0f} s)")
     return state, GroupResult(rows=rows, attention=attention, translations={
         "references": test.references, "hypotheses": test.hypotheses})
 

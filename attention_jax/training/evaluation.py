@@ -66,8 +66,9 @@ class Evaluator:
   """
 
   def __init__(self, run: RunConfig, data, members: int, graphdef, rest, params_like,
-               placement: Placement):
+               placement: Placement, label: str | None = None):
     self.run, self.data, self.members = run, data, members
+    self.label = label or run.arm.label  # how log lines name the run
     self.settings = run.evaluation
     self.graphdef, self.rest, self.placement = graphdef, rest, placement
     self.tok = data.tokenizer
@@ -105,7 +106,7 @@ class Evaluator:
     if key not in self._batch_sizes:
       self._batch_sizes[key] = memory.largest_fitting_batch(
           functools.partial(self._program_bytes, program, split), self.budget(),
-          self.settings.eval_batch_size, f"{self.run.arm.label}: {program} on {split}")
+          self.settings.eval_batch_size, f"{self.label}: {program} on {split}")
     return self._batch_sizes[key]
 
   def _program_bytes(self, program: str, split: str, size: int) -> int:
@@ -129,7 +130,7 @@ class Evaluator:
                            (f"beam{self.settings.beam_size}", "test")):
       size = self.eval_batch_size(program, split)
       if size < limit:
-        log(f"[{self.run.arm.label}] {program} on {split}: {size} sentences per batch "
+        log(f"[{self.label}] {program} on {split}: {size} sentences per batch "
             f"(not {limit}) to fit the evaluation budget of {self.budget() / 2**30:.1f} GiB")
 
   # --- programs ---------------------------------------------------------------

@@ -204,11 +204,11 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets) -> s
     for job in pending:
       if multihost.anywhere(interrupts.requested() is not None):  # between two runs
         signum = interrupts.requested() or signal.SIGTERM
-        log(f"{signal.Signals(signum).name}: stopped before [{job.arm.label}]; finished "
+        log(f"{signal.Signals(signum).name}: stopped before [{job.label}]; finished "
             "runs are kept, re-run the same command to continue")
         raise interrupts.Interrupted(signum)
       if not train_group(job.config, job.run, job.arm, data_sets.get(job.config), mesh=mesh,
-                         log=log, deadline=deadline):
+                         log=log, deadline=deadline, label=job.label):
         finished = False
         break
       if primary:
@@ -229,18 +229,19 @@ def train_job(job: Job, *, log: Callable[[str], None], deadline: float | None) -
   """`train_group` of `job` in a `--workers` process, which loads each
   dataset once (`_WORKER_DATASETS`)."""
   return train_group(job.config, job.run, job.arm, _WORKER_DATASETS.get(job.config),
-                     log=log, deadline=deadline)
+                     log=log, deadline=deadline, label=job.label)
 
 
 def train_group(cfg: ExperimentConfig, run_dir: rundir.RunDir, arm: config_lib.Arm, data, *,
                 mesh=None, log: Callable[[str], None] = print,
-                deadline: float | None = None) -> bool:
+                deadline: float | None = None, label: str | None = None) -> bool:
   """Trains (or resumes) one sweep point in `run_dir` and writes its results;
   False if `deadline` stopped it first (its checkpoint is saved)."""
   if deadline is not None and multihost.agree(time.time() > deadline):
     return False
-  trainer = train_lib.EnsembleTrainer(cfg.point(arm), data, tuple(range(cfg.seeds)), mesh=mesh)
-  log(f"[{arm.label}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
+  trainer = train_lib.EnsembleTrainer(cfg.point(arm), data, tuple(range(cfg.seeds)), mesh=mesh,
+                                      label=label)
+  log(f"[{trainer.label}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
   result = trainer.run(run_dir.path, log=log, deadline=deadline)
   if result is None:
     return False

@@ -143,9 +143,12 @@ class EnsembleTrainer:
   """Trains `seeds` members of one sweep point (`RunConfig`) together."""
 
   def __init__(self, run: RunConfig, data, seeds: tuple[int, ...] | None = None,
-               mesh: Mesh | None = None):
-    """`seeds` default to `range(run.seeds)`; `mesh` splits batches over its devices."""
+               mesh: Mesh | None = None, label: str | None = None):
+    """`seeds` default to `range(run.seeds)`; `mesh` splits batches over its
+    devices; `label` names the run in log lines (default: the arm's label; a
+    sweep adds its grid point, so that two points' runs are told apart)."""
     self.run_config, self.arm, self.data = run, run.arm, data
+    self.label = label or run.arm.label
     self.seeds = tuple(int(s) for s in (range(run.seeds) if seeds is None else seeds))
     self.tok = data.tokenizer
     self.model_cls, self.model_config = run.model.build(run.arm, data)
@@ -167,7 +170,7 @@ class EnsembleTrainer:
         diverged_at=np.zeros(members, np.int64), loss=np.full(members, np.nan),
         best_ppl=np.full(members, np.inf))
     self.evaluator = evaluation.Evaluator(run, data, members, self.graphdef, self.rest,
-                                          params, self.placement)
+                                          params, self.placement, label=self.label)
     # The evaluator's measures, also here for the callers that time the
     # trainer as a whole (experiments/benchmarks/calibration.py).
     ev = self.evaluator
@@ -284,7 +287,7 @@ class EnsembleTrainer:
     if not new.any():
       return state
     seeds = [s for s, n in zip(self.seeds, new) if n]
-    log(f"[{self.arm.label}] seed(s) {seeds} diverged at step {state.step} ({why}); "
+    log(f"[{self.label}] seed(s) {seeds} diverged at step {state.step} ({why}); "
         "recorded as diverged, no BLEU")
     return state.replace(diverged_at=np.where(new, state.step, state.diverged_at))
 
@@ -318,7 +321,7 @@ class EnsembleTrainer:
         # to the checkpoint's step, so every process gets the same values.
         meta = with_logged_best_ppl(meta, history, self.seeds)
       self.state = self.state.restored(arrays, meta)
-      log(f"[{self.arm.label}] resumed at step {self.state.step}")
+      log(f"[{self.label}] resumed at step {self.state.step}")
     self.evaluator.check_memory(log)
     board = board_lib.Board(run_dir, self.seeds, start_step=self.state.step,
                             enabled=multihost.is_primary(), log=log)

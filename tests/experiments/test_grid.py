@@ -110,6 +110,12 @@ def test_a_grid_resumes_and_skips_per_point_and_pivots_its_tables(tmp_path):
   assert again.returncode == 0, again.stderr[-3000:]
   assert again.stdout.count("finished earlier; skipped") == 1  # lr 0.001, made earlier
   assert "resumed at step" in again.stdout
+  # Every line about a run names its grid point, not just the arm.
+  run_lines = [l for l in again.stdout.splitlines() if l.startswith("[")]
+  assert run_lines and all(l.startswith("[learning_rate=0.00") for l in run_lines), run_lines
+  assert any("final evaluation: test BLEU" in l for l in run_lines)
+  assert again.stdout.strip().splitlines()[-1].startswith("wrote ") and "table.md" in (
+      again.stdout.strip().splitlines()[-1])
   rows = _rows(os.path.join(grid, "results.jsonl"))
   assert sorted((r["learning_rate"], r["arm"]) for r in rows) == [
       (0.001, "qk_norm"), (0.003, "qk_norm")]
