@@ -19,6 +19,18 @@ $(STAMP): pyproject.toml $(wildcard requirements/*.lock.txt)
 	bash scripts/bootstrap.sh "$(PYTHON_SYS)" "$(VENV)" "$(LOCK)"
 	touch $(STAMP)
 
+# The stamp says only that the lock was installed once: a venv damaged since
+# (a locked distribution missing, of another version, or with files gone, as
+# when site-packages/optax is deleted) is found by scripts/check_venv.py
+# (half a second), run on every call, and its failure makes the stamp's rule
+# run, which reinstalls what it names. A venv without a lock (LOCK=none) is
+# not checked.
+ifneq ($(wildcard $(PY)),)
+ifneq ($(shell $(PY) scripts/check_venv.py >/dev/null 2>&1; echo $$?),0)
+.PHONY: $(STAMP)
+endif
+endif
+
 # Rewrites the lock files from pyproject.toml, keeping the versions already
 # locked; LOCK_ARGS="--upgrade-package jax" (or "--upgrade") moves them.
 lock:

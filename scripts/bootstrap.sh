@@ -8,7 +8,9 @@
 #         requirements/cpu-py311.lock.txt, 3.12: requirements/gpu-image-py312.lock.txt);
 #         "none": no lock, the newest versions pyproject.toml allows.
 # The lock installed (path and sha256) is recorded in VENV/attention_jax-lock.txt;
-# tests/test_lock.py checks the venv still holds its versions.
+# scripts/check_venv.py checks the venv still holds it (versions and files), and
+# what it finds broken is installed again here (the Makefile runs this script
+# whenever that check fails, so `make` repairs a damaged venv).
 set -euo pipefail
 py="${1:-python3}"
 venv="${2:-.venv}"
@@ -64,3 +66,18 @@ fi
 "$vpy" -m pip install -q --require-hashes -r "$lock"
 "$vpy" -m pip install -q --no-deps -e .
 printf '%s %s\n' "$lock" "$(sha256sum "$lock" | cut -d' ' -f1)" > "$marker"
+# pip takes a distribution whose files were deleted (site-packages/optax
+# removed by hand) for installed while its metadata is there: those that
+# scripts/check_venv.py finds broken (it names them) are installed again.
+broken="$venv/broken-requirements.txt"
+if ! "$vpy" scripts/check_venv.py --requirements "$broken"; then
+  echo "reinstalling the distributions named above from $lock" >&2
+  "$vpy" -m pip install -q --require-hashes --no-deps --force-reinstall -r "$broken"
+  if ! "$vpy" scripts/check_venv.py; then
+    rm -f "$marker" "$broken"
+    echo "error: $venv is still broken after a reinstall (above); 'make clean-venv' and" \
+         "'make' build it anew" >&2
+    exit 1
+  fi
+fi
+rm -f "$broken"

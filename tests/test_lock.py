@@ -2,8 +2,9 @@
 venv built from one (scripts/bootstrap.sh) still holds its versions."""
 
 import importlib.metadata
+import importlib.util
 import os
-import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -15,30 +16,18 @@ from packaging.version import Version
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCKS = {"cpu-py311.lock.txt": "3.11", "gpu-image-py312.lock.txt": "3.12"}
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s;\\]+)")
-_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
-def parse_lock(text: str, path: str = "lock") -> dict[str, tuple[str, list[str]]]:
-  """`{canonical name: (version, sha256 hashes)}` of a pip lock file; a line
-  that is neither a pin, a hash, a comment nor blank is an error naming it."""
-  pins: dict[str, tuple[str, list[str]]] = {}
-  current = None
-  for number, line in enumerate(text.splitlines(), 1):
-    stripped = line.strip()
-    if not stripped or stripped.startswith("#"):
-      continue
-    pin = _PIN.match(line)
-    if pin:
-      current = canonicalize_name(pin.group(1))
-      if current in pins:
-        raise ValueError(f"{path}:{number}: {pin.group(1)} pinned twice")
-      pins[current] = (pin.group(2), [])
-    elif stripped.startswith("--hash=") and current is not None:
-      pins[current][1].extend(_HASH.findall(stripped))
-    else:
-      raise ValueError(f"{path}:{number}: neither an exact pin nor a hash: {stripped!r}")
-  return pins
+def _script(name):
+  """The module of scripts/<name>.py (the scripts folder is no package)."""
+  spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "scripts", f"{name}.py"))
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  return module
+
+
+check_venv = _script("check_venv")
+parse_lock = check_venv.parse_lock  # one parser for the tests and the Makefile's check
 
 
 def _pyproject_requirements() -> list[Requirement]:
@@ -106,25 +95,15 @@ def test_gpu_image_lock_holds_the_images_versions():
 
 def test_this_venv_still_holds_the_lock_it_was_built_from():
   """Where scripts/bootstrap.sh built this venv from a lock (so in CI: `make
-  test` from a clean clone), every locked version is the one installed."""
-  marker = os.path.join(sys.prefix, "attention_jax-lock.txt")
-  if not os.path.exists(marker):
+  test` from a clean clone), every locked distribution is installed at its
+  version with its files (`scripts/check_venv.py`, which `make` runs)."""
+  lock_path = check_venv.lock_of(sys.prefix)
+  if lock_path is None:
     pytest.skip(f"{sys.prefix} was not built from a lock by scripts/bootstrap.sh")
-  with open(marker, encoding="utf-8") as f:
-    lock_path = f.read().split()[0]
-  if not os.path.isabs(lock_path):
-    lock_path = os.path.join(ROOT, lock_path)
   with open(lock_path, encoding="utf-8") as f:
     pins = parse_lock(f.read(), lock_path)
-  wrong = {}
-  for name, (version, _) in pins.items():
-    try:
-      installed = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-      installed = None
-    if installed is None or Version(installed) != Version(version):
-      wrong[name] = (version, installed)
-  assert wrong == {}, f"locked vs installed in {sys.prefix} (re-run `make`): {wrong}"
+  assert check_venv.problems(pins) == {}, (
+      f"locked distributions broken in {sys.prefix}: run `make`, which reinstalls them")
 
 
 # --- scripts/bootstrap.sh ----------------------------------------------------------
@@ -152,3 +131,88 @@ def test_bootstrap_names_a_python_that_is_not_there_before_touching_the_system(t
   assert err[0].startswith("error: no Python") and f"'{python}'" in err[0]
   assert "PYTHON_SYS" in err[0]
   assert not (tmp_path / "apt-get.calls").exists() and not (tmp_path / "venv").exists()
+
+
+# --- scripts/check_venv.py: a venv damaged after it was built ----------------------
+
+def _fake_dist(site, name, version, files):
+  """An installed distribution `name` in the folder `site`: its dist-info
+  (METADATA, RECORD) and `files` (paths under `site`) written."""
+  info = site / f"{name}-{version}.dist-info"
+  info.mkdir(parents=True)
+  (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+  for rel in files:
+    (site / rel).parent.mkdir(parents=True, exist_ok=True)
+    (site / rel).write_text("x = 1\n")
+  record = [f"{rel},," for rel in files] + [f"{info.name}/{n},," for n in ("METADATA",
+                                                                         "RECORD")]
+  (info / "RECORD").write_text("\n".join(record) + "\n")
+
+
+def _dists(site):
+  return {check_venv.canonical(d.metadata["Name"]): d
+          for d in importlib.metadata.distributions(path=[str(site)])}
+
+
+def test_check_venv_finds_files_gone_a_wrong_version_and_a_missing_distribution(tmp_path):
+  site = tmp_path / "site-packages"
+  _fake_dist(site, "fake_optax", "0.2.5", ["fake_optax/__init__.py", "fake_optax/tree.py",
+                                            "fake_optax/__pycache__/tree.cpython-311.pyc"])
+  _fake_dist(site, "Other.Pkg", "1.0", ["other_pkg.py"])
+  pins = {"fake-optax": ("0.2.5", ["a" * 64]), "other-pkg": ("1.0", ["b" * 64])}
+  assert check_venv.problems(pins, _dists(site)) == {}
+  # Compiled files come and go: not damage.
+  os.remove(site / "fake_optax" / "__pycache__" / "tree.cpython-311.pyc")
+  assert check_venv.problems(pins, _dists(site)) == {}
+  # The package folder deleted by hand: pip still lists it, the files tell.
+  shutil.rmtree(site / "fake_optax")
+  pins["missing"] = ("3.0", ["c" * 64])
+  pins["other-pkg"] = ("1.1", ["b" * 64])
+  assert check_venv.problems(pins, _dists(site)) == {
+      "fake-optax": "2 of its files are gone (e.g. fake_optax/__init__.py)",
+      "other-pkg": "1.0 installed", "missing": "not installed"}
+  assert check_venv.requirements(pins, ["missing", "fake-optax"]) == (
+      f"fake-optax==0.2.5 --hash=sha256:{'a' * 64}\nmissing==3.0 --hash=sha256:{'c' * 64}\n")
+
+
+def _bare_venv(tmp_path):
+  """A venv without pip (made in a second), holding one fake distribution."""
+  venv = tmp_path / "venv"
+  subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                 timeout=120)
+  site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / (
+      "site-packages")
+  _fake_dist(site, "fake_optax", "0.2.5", ["fake_optax/__init__.py"])
+  lock = tmp_path / "fake.lock.txt"
+  lock.write_text("fake-optax==0.2.5 \\\n    --hash=sha256:" + "a" * 64 + "\n")
+  (venv / check_venv.MARKER).write_text(f"{lock} {'0' * 64}\n")
+  return venv, site
+
+
+def test_check_venv_run_in_a_venv_names_the_broken_and_writes_their_lock_entries(tmp_path):
+  venv, site = _bare_venv(tmp_path)
+  command = [str(venv / "bin" / "python"), os.path.join(ROOT, "scripts", "check_venv.py"),
+             "--requirements", str(tmp_path / "broken.txt")]
+  proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+  assert (tmp_path / "broken.txt").read_text() == ""
+  shutil.rmtree(site / "fake_optax")
+  proc = subprocess.run(command, capture_output=True, text=True, timeout=60)
+  assert proc.returncode == 1
+  (line,) = proc.stderr.splitlines()
+  assert "fake-optax==0.2.5" in line and "1 of its files are gone" in line
+  assert (tmp_path / "broken.txt").read_text() == f"fake-optax==0.2.5 --hash=sha256:{'a' * 64}\n"
+
+
+def test_make_runs_the_venv_rule_when_the_check_finds_it_broken(tmp_path):
+  # `make` said "up to date" on a venv with site-packages/optax deleted: its
+  # stamp depends only on the lock and pyproject.toml.
+  venv, site = _bare_venv(tmp_path)
+  stamp = venv / ".installed-stamp"
+  stamp.write_text("")  # newer than the lock files and pyproject.toml
+  command = ["make", "-n", f"VENV={venv}", str(stamp)]
+  proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and "bootstrap.sh" not in proc.stdout, proc.stdout + proc.stderr
+  shutil.rmtree(site / "fake_optax")
+  proc = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=120)
+  assert proc.returncode == 0 and f'bash scripts/bootstrap.sh "python3" "{venv}"' in proc.stdout
