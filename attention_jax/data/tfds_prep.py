@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
 import json
 import os
 import shutil
@@ -119,9 +120,19 @@ def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool =
     if before_prepare is not None:
       before_prepare()
     builder = make_builder()
-    builder.download_and_prepare(
-        file_format="array_record",
-        download_config=tfds.download.DownloadConfig(try_download_gcs=False))
+    # TFDS announces "Downloading and preparing dataset Unknown size" for
+    # every builder; our own datasets (`marker`) read local files and download
+    # nothing, so they say what they do instead. WMT keeps TFDS's lines: it
+    # does download.
+    quiet = contextlib.redirect_stdout(io.StringIO()) if marker else contextlib.nullcontext()
+    if marker:
+      config = builder.builder_config.name if builder.builder_config else "default"
+      print(f"preparing {builder.name} ({config}) from local files into {path}; nothing "
+            "is downloaded", flush=True)
+    with quiet:
+      builder.download_and_prepare(
+          file_format="array_record",
+          download_config=tfds.download.DownloadConfig(try_download_gcs=False))
     if marker:
       counts = {name: info.num_examples for name, info in builder.info.splits.items()}
       tmp = path / (MARKER + ".tmp")

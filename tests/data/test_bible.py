@@ -389,3 +389,15 @@ def test_killed_preparation_is_rebuilt(tmp_path, sword_root):
   proc.wait()
   data = input_pipeline.load("bible_en_es", data_dir=tmp_path, sword_path=sword_root)
   assert {s: data.num_examples(s) for s in data.splits} == bible.EXPECTED_COUNTS
+
+
+def test_preparing_our_own_data_says_so_and_not_that_it_downloads(tmp_path, capsys):
+  """TFDS announced "Downloading and preparing dataset Unknown size" though
+  nothing is downloaded; our own builders say what they do."""
+  make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
+  tfds_prep.ensure_prepared(make, lock_dir=tmp_path)
+  out = capsys.readouterr().out
+  assert "Downloading and preparing" not in out and "downloaded and prepared" not in out, out
+  assert "from local files into" in out and "nothing is downloaded" in out
+  tfds_prep.ensure_prepared(make, lock_dir=tmp_path)  # prepared already: says nothing
+  assert capsys.readouterr().out == ""
