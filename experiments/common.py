@@ -43,6 +43,10 @@ def define_flags(skip: tuple[str, ...] = ()) -> None:
   flags.DEFINE_enum("preset", "quick", list(config_lib.PRESETS),
                     "Starting values for every field; explicit flags override them.")
   flags.DEFINE_string("workdir", None, "Output folder (results, checkpoints, plots).")
+  flags.DEFINE_bool("show_config", False,
+                    "Print every setting the run would use (the preset's values with the "
+                    "flags given over them, each marked with where it comes from) and exit; "
+                    "needs no --workdir. --helpfull shows the dataclass defaults instead.")
   define_field_flags(config_lib.ExperimentConfig, skip=_OWN + tuple(skip))
   flags.DEFINE_string("coordinator_address", None,
                       "host:port of process 0; with --num_processes and --process_id "
@@ -117,6 +121,20 @@ def overrides(cls=config_lib.ExperimentConfig, extra: dict | None = None) -> dic
   return parse_fields(cls, out)
 
 
+def show_config(cfg, preset: str, given: dict) -> str:
+  """The resolved settings of `cfg`, a line each: `--field=value` and where
+  the value comes from (a flag, the preset, or the dataclass default)."""
+  from_preset = config_lib.PRESETS[preset]
+  lines = [f"# the settings of --preset={preset} with the flags given; each line is a flag"]
+  for field in dataclasses.fields(cfg):
+    value = getattr(cfg, field.name)
+    text = ",".join(map(str, value)) if isinstance(value, tuple) else value
+    source = ("flag" if field.name in given else
+              "preset" if field.name in from_preset else "default")
+    lines.append(f"--{field.name}={text}  # {source}")
+  return "\n".join(lines)
+
+
 def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
   """Preset + explicit flags, and the parsed `--sweep` axes (every grid point
   checked); exits with one clear line on a bad value, before any work.
@@ -126,6 +144,14 @@ def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
   """
   try:
     given = overrides(extra=extra)
+    if FLAGS.show_config:
+      cfg = config_lib.from_preset(FLAGS.preset, **given)
+      config_lib.check_family(cfg.model, given)
+      try:
+        print(show_config(cfg, FLAGS.preset, given), flush=True)
+      except BrokenPipeError:  # `| head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+      sys.exit(0)
     if not FLAGS.workdir:
       raise ValueError("`--workdir` is required.")
     cfg = config_lib.from_preset(FLAGS.preset, **given)

@@ -202,8 +202,15 @@ class ExperimentConfig:
     if self.model == "transformer" and self.hidden_dim % self.num_heads:
       raise ValueError(f"`hidden_dim` ({self.hidden_dim}) must be divisible by "
                        f"`num_heads` ({self.num_heads}) for the Transformer.")
-    if self.baseline and self.baseline not in self.arms:
+    # One arm has nothing to be compared with: a preset's baseline does not
+    # stand in the way of a single run (`experiments.train --arm=dot`).
+    if self.baseline and len(self.arms) > 1 and self.baseline not in self.arms:
       raise ValueError(f"`baseline` {self.baseline!r} is not one of `arms` {self.arms!r}.")
+    if self.warmup_steps and self.warmup_steps >= self.steps:
+      raise ValueError(
+          f"`warmup_steps` = {self.warmup_steps} is not below `steps` = {self.steps}: the "
+          "learning rate would never reach its peak, and the run would measure warm-up "
+          "only; lower --warmup_steps or raise --steps.")
     if self.model == "transformer" and set(self.arms) & set(registry.NO_ATTENTION_ARMS):
       raise ValueError(f"arms {registry.NO_ATTENTION_ARMS} exist only for `model=rnn`.")
 

@@ -49,6 +49,39 @@ def test_bad_flags_fail_fast_with_one_clear_line(tmp_path, flags, needle):
   assert time.time() - t0 < 60
 
 
+def test_show_config_prints_the_resolved_settings_and_where_each_comes_from(tmp_path):
+  """--helpfull shows the dataclass defaults; --show_config what the run would use."""
+  proc = _driver("ablation", "--preset=transformer_smoke", "--steps=50", "--show_config")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  lines = proc.stdout.splitlines()
+  assert "--steps=50  # flag" in lines
+  assert "--warmup_steps=20  # preset" in lines and "--arms=dot,scaled_dot  # preset" in lines
+  assert "--cell=gru  # default" in lines
+  from attention_jax.training import config
+  import dataclasses
+  assert len(lines) == 1 + len(dataclasses.fields(config.ExperimentConfig))
+  assert not os.listdir(tmp_path)  # no workdir needed, nothing made
+
+
+def test_a_warm_up_as_long_as_the_run_is_one_line_before_any_work(tmp_path):
+  proc = _driver("ablation", "--preset=transformer", "--steps=30", f"--workdir={tmp_path / 'w'}")
+  assert proc.returncode == 1 and proc.stderr.strip().splitlines() == [
+      "error: `warmup_steps` = 400 is not below `steps` = 30: the learning rate would never "
+      "reach its peak, and the run would measure warm-up only; lower --warmup_steps or raise "
+      "--steps."]
+  assert not os.path.exists(tmp_path / "w")
+
+
+def test_one_run_needs_no_baseline():
+  """A single arm has nothing to compare: the preset's baseline is no reason
+  to refuse it (it was: "`baseline` 'scaled_dot' is not one of `arms`")."""
+  from attention_jax.training import config
+  cfg = config.from_preset("transformer", arms=("dot",), dims=(16,))
+  assert cfg.arms == ("dot",)
+  with pytest.raises(ValueError, match="`baseline` 'scaled_dot' is not one of `arms`"):
+    config.from_preset("transformer", arms=("dot", "qk_norm"))
+
+
 def test_helpfull_documents_every_field():
   proc = _driver("ablation", "--helpfull")
   assert proc.returncode in (0, 1)  # absl exits 1 after printing help
