@@ -38,7 +38,11 @@ core (`--threads=0`). It measures:
    Reported: matmul FLOP/s achieved (the jaxpr's matrix-product FLOPs over the
    measured seconds; the elementwise rest, counted roughly, is in the row as
    `flops` but not in the share), its share of the peak, and target tokens/s
-   (non-pad target tokens of every member).
+   (non-pad target tokens of every member). The steps' and the peak product's
+   CPU time are measured too (`cpu_fraction`: the share of its core the
+   process got; `cpu_share_of_peak`: the share with both timed by CPU time),
+   so that a run on a core another process shares still says what the step
+   would reach alone, up to the other process's use of caches and memory.
 
 3. **Where the time goes** (`--profile=DIR`): the step is compiled again with
    XLA:CPU's per-thunk trace marks, the `--batches` steps run under
@@ -458,6 +462,46 @@ def append_rows(path: str, rows: list) -> None:
                                          for r in rows))
 
 
+def cpu_fraction(cpu_seconds: float, wall_seconds: float, threads: int) -> float:
+  """The share of its cores' time a process got: its CPU time over wall time
+  times the cores it may use (one with `--threads=1`). 1.0 on an idle machine;
+  about 0.5 where another process shares the core."""
+  cores = 1 if threads == 1 else len(os.sched_getaffinity(0))
+  return cpu_seconds / (wall_seconds * cores)
+
+
+def matmul_rate_per_cpu_second(shape: tuple, repeats: int, threads: int) -> float:
+  """FLOPs per CPU second (over the cores this process may use) of the jitted
+  float32 product of `shape` `(M, K, N)`: the median of `repeats` calls after
+  two untimed ones. The peak of `benchmarking.matmul_rates` is per second of
+  wall time, which a process sharing its core spends partly waiting."""
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  m, k, n = shape
+  x = jax.random.normal(jax.random.key(0), (m, k), jnp.float32)
+  w = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
+  product = jax.jit(jnp.matmul).lower(x, w).compile()
+  cores = 1 if threads == 1 else len(os.sched_getaffinity(0))
+  seconds = []
+  for i in range(repeats + 2):
+    start = time.process_time()
+    product(x, w).block_until_ready()
+    if i >= 2:
+      seconds.append((time.process_time() - start) / cores)
+  return 2.0 * m * k * n / statistics.median(seconds)
+
+
+def cpu_time_shares(row: dict, peak_per_cpu_s: float, threads: int) -> dict:
+  """A cell's share of the peak with both measured by CPU time instead of wall
+  time: on a shared core the scheduler's time slices drop out, and the peak
+  and the step are compared as if each had had the core to itself (what stays
+  in is the other process's use of the caches and memory bandwidth)."""
+  fraction = cpu_fraction(row["cpu_seconds"], row["seconds"], threads)
+  per_cpu_s = row["matmul_flops"] / (row["seconds"] * fraction)
+  return {"cpu_fraction": fraction, "peak_flops_per_cpu_s": peak_per_cpu_s,
+          "matmul_flops_per_cpu_s": per_cpu_s, "cpu_share_of_peak": per_cpu_s / peak_per_cpu_s}
+
+
 def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   """One cell at one seed count (module docstring, 2)."""
   import dataclasses  # pylint: disable=g-import-not-at-top
@@ -495,13 +539,14 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
                                      tgt_in.shape[1])
   except ValueError:
     hand = None
-  times = []
+  times, cpu_times = [], []
   for i, batch in enumerate(batches * 2):  # the first pass warms up
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     params, opt_state, loss = compiled(*args(i, batch))
     np.asarray(loss)  # waits for the step, as the trainer does
     if i >= len(batches):
       times.append(time.perf_counter() - start)
+      cpu_times.append(time.process_time() - cpu_start)
   tokens = seeds * sum(int(np.sum(np.asarray(b[2]) != data.tokenizer.pad_id)) for b in batches)
   seconds = sum(times)
   n = len(times)
@@ -535,6 +580,7 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
           "profile": parts,
           "batches": n, "batch_size": int(src.shape[0]), "length": int(src.shape[1]),
           "seconds": seconds, "step_median_s": statistics.median(times),
+          "cpu_seconds": sum(cpu_times), "cpu_step_median_s": statistics.median(cpu_times),
           "flops": n * counted.total, "matmul_flops": n * counted.matmul,
           "hand_matmul_flops": None if hand is None else n * hand,
           "xla_flops": n * xla, "xla_loop_aware_flops": n * xla_loops,
@@ -561,8 +607,9 @@ def main(argv):
         f"{sorted(os.sched_getaffinity(0))}")
   rates = benchmarking.matmul_rates(repeats=FLAGS.repeats)
   peak_shape, peak = max(rates.items(), key=lambda kv: kv[1])
+  peak_cpu = matmul_rate_per_cpu_second(peak_shape, FLAGS.repeats, FLAGS.threads)
   peak_row = {"kind": "matmul_peak", "threads": FLAGS.threads, "peak_flops_per_s": peak,
-              "peak_shape": list(peak_shape),
+              "peak_flops_per_cpu_s": peak_cpu, "peak_shape": list(peak_shape),
               "rates": {"x".join(map(str, k)): v for k, v in rates.items()}, **machine}
   written = 0
   if FLAGS.out:  # each row as soon as it is measured: a stopped run keeps what it has
@@ -571,15 +618,19 @@ def main(argv):
   for shape, rate in rates.items():
     print(f"  matmul {shape}: {rate / 1e9:7.1f} GFLOP/s")
   data = datasets.load_data(cfg)
+  print(f"peak {peak / 1e9:.1f} GFLOP/s; by CPU time (the same product timed again): "
+        f"{peak_cpu / 1e9:.1f} GFLOP per CPU second")
   print(f"| cell | seeds | step ms | matmul GFLOP/step (jaxpr / by hand) | all GFLOP/step "
         f"(jaxpr / XLA with loops / XLA body once) | matmul GFLOP/s | "
-        f"share of peak {peak / 1e9:.0f} | target tokens/s |")
-  print("|---|---|---|---|---|---|---|---|")
+        f"share of peak {peak / 1e9:.0f} | CPU time / wall | share by CPU time | "
+        f"target tokens/s |")
+  print("|---|---|---|---|---|---|---|---|---|---|")
   for arm, dim in cells:
     for seeds in seed_counts:
       row = measure(cfg, arm, dim, seeds, data, FLAGS.batches)
       row.update(threads=FLAGS.threads, peak_flops_per_s=peak,
                  share_of_peak=row["matmul_flops_per_s"] / peak, **machine)
+      row.update(cpu_time_shares(row, peak_cpu, FLAGS.threads))
       if FLAGS.out:
         append_rows(FLAGS.out, [row])
         written += 1
@@ -589,6 +640,7 @@ def main(argv):
             f"{per(row['flops'])} / {per(row['xla_loop_aware_flops'])} / "
             f"{per(row['xla_flops'])} | "
             f"{row['matmul_flops_per_s'] / 1e9:.1f} | {row['share_of_peak']:.1%} | "
+            f"{row['cpu_fraction']:.0%} | {row['cpu_share_of_peak']:.1%} | "
             f"{row['target_tokens_per_s']:,.0f} |", flush=True)
       if row["profile"]:
         print(profile_table(row["profile"]), flush=True)

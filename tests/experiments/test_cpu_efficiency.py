@@ -297,6 +297,15 @@ def test_output_paths_that_cannot_be_written_are_refused_before_measuring(tmp_pa
   assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "rows.jsonl"]
 
 
+def test_the_share_by_cpu_time_leaves_out_the_time_another_process_had():
+  # a step that got half of its core: 2 s of wall time, 1 s of CPU time
+  row = {"seconds": 2.0, "cpu_seconds": 1.0, "matmul_flops": 10e9}
+  shares = cpu_efficiency.cpu_time_shares(row, 100e9, threads=1)
+  assert shares["cpu_fraction"] == pytest.approx(0.5)
+  assert shares["matmul_flops_per_cpu_s"] == pytest.approx(10e9)
+  assert shares["cpu_share_of_peak"] == pytest.approx(0.1)  # the wall time says 5 GFLOP/s
+
+
 def test_rows_are_appended_to_what_the_file_holds(tmp_path):
   path = tmp_path / "rows.jsonl"
   path.write_text('{"kind": "old"}')  # no final newline
@@ -321,6 +330,10 @@ def test_a_smoke_cell_reports_its_share_of_the_peak(tmp_path):
   assert peak["kind"] == "matmul_peak" and peak["peak_flops_per_s"] > 0
   assert cell["seeds"] == 2 and cell["matmul_flops"] == cell["hand_matmul_flops"]
   assert cell["share_of_peak"] == pytest.approx(cell["matmul_flops_per_s"] / peak["peak_flops_per_s"])
+  assert peak["peak_flops_per_cpu_s"] > 0 and 0 < cell["cpu_fraction"] <= 1.05  # one core
+  assert cell["cpu_share_of_peak"] == pytest.approx(
+      cell["matmul_flops"] / cell["cpu_seconds"] / peak["peak_flops_per_cpu_s"])
+  assert cell["model"] == "rnn"
   assert cell["xla_flops"] < cell["flops"]  # XLA counts the scans' bodies once
   assert cell["xla_loop_aware_flops"] == pytest.approx(cell["flops"], rel=0.15)
   parts = {r["part"] for r in cell["profile"]}
