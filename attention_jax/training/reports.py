@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from typing import Any, Sequence
 
 from attention_jax.training import files
@@ -106,7 +107,13 @@ def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
       and cached.get("format", 1) == significance_lib.FORMAT):
     return cached["result"]
   # Read and checked as a pair: a damaged file, or references that differ, named.
-  result = significance_lib.compare_runs(*rundir.translations_to_compare(base_run, run))
+  pair = rundir.translations_to_compare(base_run, run)
+  name = f"{os.path.basename(run.path)} against {os.path.basename(base_run.path)}"
+  print(f"significance: {name}, {len(pair[0]['references'])} sentences, "
+        f"{significance_lib.TRIALS:,} paired shuffles per seed pair ...", flush=True)
+  start = time.time()
+  result = significance_lib.compare_runs(*pair)
+  print(f"significance: {name} done in {time.time() - start:.0f} s", flush=True)
   files.atomic_write(run.significance, files.to_json(
       {"baseline": base, "digest": digest, "format": significance_lib.FORMAT,
        "result": result}))

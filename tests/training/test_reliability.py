@@ -302,10 +302,18 @@ def _finished_workdir(tmp_path):
   return cfg, workdir
 
 
-def test_the_hand_made_finished_workdir_reports(tmp_path):
+def test_the_hand_made_finished_workdir_reports(tmp_path, capsys):
   cfg, workdir = _finished_workdir(tmp_path)
   table = sweep.report_only(cfg, workdir)
   assert "10.50 ± 0.71 (11.00)" in table and "+0.00 (p = 1.000)" in table
+  # The significance test says what it computes, and when it is done.
+  out = capsys.readouterr().out.splitlines()
+  lines = [l for l in out if l.startswith("significance:")]
+  name = f"significance: {_ARMS[1]}_d8 against {_ARMS[0]}_d8"
+  assert len(lines) == 2 and lines[0].startswith(name + ", 3 sentences, 10,000 paired")
+  assert lines[1].startswith(name + " done in ") and lines[1].endswith(" s")
+  sweep.report_only(cfg, workdir)  # cached: computes nothing, says nothing
+  assert "significance:" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("name,damage", [
