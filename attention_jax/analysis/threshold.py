@@ -1,0 +1,482 @@
+"""Where a score starts to fail: the rule of the `transformer_lr_cpu` preset, applied.
+
+The rule was fixed in the preset's docstring
+(`attention_jax/training/presets/transformer_lr_cpu.py`) before any run of
+the grid; it is applied here as it is written there, and not restated. The
+pieces, each a small pure function of numbers except the reading:
+
+  read_grid          a `--sweep=learning_rate=...` workdir -> `Grid`: a `Record`
+                     per (score, d_k, lr, seed) of every cell whose outcome is
+                     known, and the planned cells still missing
+  mean_losses        L(s, d, lr): the mean over seeds (inf where a seed diverged)
+  threshold          lr_opt and lr* of one (s, d) curve, with the censoring flags
+  absolute_failures  the pass/fail table against L_best(d) + FAILURE_MARGIN
+  sensitivity        Wortsman et al.'s learning-rate sensitivity
+  slope, bootstrap_slope   the law: log lr* on log d_k, and its interval
+  analyse            all of it for one or more grids (`Analysis`, `as_json`)
+
+What the rule leaves to its implementation, decided here:
+- A seed is diverged (L = inf) when its result row says so, or when any of
+  its validation rows has a null perplexity: the trainer marks a member
+  diverged for good and validates it as NaN from then on, so its outcome is
+  known before the run reaches its last step.
+- A cell is known when every seed of it is (its last validation, or its
+  divergence); a cell any seed of which is not yet known is missing. The
+  analysis runs on what is known and lists the missing cells.
+- Interpolating towards a diverged grid point: the interpolated L is
+  infinite everywhere past the last finite point, so the crossing is that
+  point itself: lr* is the last learning rate that did not reach the target,
+  flagged `into_divergence` (a bound, not a crossing).
+- The rule's "Censored" covers both flags it names: lr* above the grid (L
+  never reaches the target) and lr_opt at the grid's lowest learning rate
+  (the failure may begin lower). Neither enters the fit; both are reported.
+  A curve of which some planned learning rate is missing is provisional: its
+  lr* is reported, not fitted.
+- The bootstrap draws each cell's seeds with replacement, recomputes every
+  L, lr_opt and lr* and fits over the d_k uncensored in that draw; draws
+  with fewer than two such d_k give no slope and are counted. With two seeds
+  a cell has only three distinct means (seed 0 twice, seed 1 twice, both),
+  so the interval is coarse: it shows how far the two seeds' disagreement
+  moves the slope, not a sampling distribution.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from attention_jax.training import config as config_lib
+from attention_jax.training import provenance as provenance_lib
+from attention_jax.training import reporting
+from attention_jax.training import rundir
+from attention_jax.training.metrics_log import MetricsLog
+from attention_jax.training.presets import transformer_lr_cpu
+
+FAILURE_MARGIN = transformer_lr_cpu.FAILURE_MARGIN
+AXIS = "learning_rate"
+EARLY_STEP = 100  # the heat maps' first moment (the preset: steps 100 and 1,000)
+SELF_KINDS = ("encoder_self", "decoder_self")
+DIAGNOSTIC_STATS = ("max_logit", "saturated")  # both summarised by the largest over layers
+MOMENTS = ("step100", "last")
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 0
+INTERVAL = (2.5, 97.5)  # percentiles: a 95% interval
+# The slope the mu-P argument for Adam predicts per score (the preset's docstring).
+REFERENCE_SLOPES = {"dot": -1.0, "scaled_dot": -0.5, "inverse_dim": 0.0, "qk_norm": 0.0}
+# Provenance fields kept in the outputs: the command is left out, since it
+# names the machine's folders (results/transformer_lr_cpu/commands.sh holds it).
+PROVENANCE_FIELDS = ("commit", "dirty", "versions", "platform", "device_kind", "xla_flags")
+
+
+class Cell(NamedTuple):
+  score: str
+  dim: int
+  lr: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """One seed of one cell: its final validation loss (inf: diverged), test
+  BLEU (None until the run finished, or diverged), the self-attention
+  diagnostics (`diagnostic_key`) and the provenance of its result row."""
+  score: str
+  dim: int
+  lr: float
+  seed: int
+  loss: float
+  diverged: bool
+  test_bleu: float | None
+  diagnostics: Mapping[str, float | None]
+  provenance: Mapping | None = None
+
+  @property
+  def cell(self) -> Cell:
+    return Cell(self.score, self.dim, self.lr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """What one or more grids hold: the known records, the planned cells that
+  are missing, and the plan (each score's d_k and learning rates)."""
+  records: tuple[Record, ...]
+  missing: tuple[Cell, ...]
+  learning_rates: Mapping[str, tuple[float, ...]]  # score -> its planned learning rates
+  dims: Mapping[str, tuple[int, ...]]  # score -> its planned d_k
+  vocab_size: int
+  steps: int
+
+  @property
+  def scores(self) -> tuple[str, ...]:
+    return tuple(self.learning_rates)
+
+
+def diagnostic_key(stat: str, kind: str, moment: str) -> str:
+  """`max_logit_encoder_self_step100`; kind `self` is the largest of the self kinds."""
+  return f"{stat}_{kind}_{moment}"
+
+
+def self_diagnostics(step_row: Mapping, moment: str) -> dict[str, float | None]:
+  """The self-attention diagnostics of one diagnostics dict (a metrics-log
+  row or a result row's `diagnostics`): per stat and self kind the largest
+  over its layers, and over both kinds (`self`); None where not logged or
+  not finite."""
+  out = {}
+  for stat in DIAGNOSTIC_STATS:
+    values = []
+    for kind in SELF_KINDS:
+      value = reporting.kind_value(step_row, stat, kind)
+      out[diagnostic_key(stat, kind, moment)] = value
+      if value is not None:
+        values.append(value)
+    out[diagnostic_key(stat, "self", moment)] = max(values) if values else None
+  return out
+
+
+def seed_record(cell: Cell, seed: int, log: Sequence[Mapping], result_row: Mapping | None,
+                steps: int) -> Record | None:
+  """The record of `seed` from its run's metrics-log rows `log` (every seed's)
+  and its result row (None: not finished); None while its outcome is not
+  known (no validation at `steps`, and not diverged)."""
+  mine = [r for r in log if r.get("seed") == seed]
+  validation = {r["step"]: r["val_ppl"] for r in mine if "val_ppl" in r}
+  diverged = (bool(result_row and result_row.get("diverged_at_step"))
+              or any(v is None for v in validation.values()))
+  if not diverged and steps not in validation:
+    return None
+  loss = math.inf if diverged else math.log(validation[steps])
+  steps_rows = {r["step"]: r for r in mine if "loss" in r}  # the diagnostics rows
+  last = steps_rows.get(steps) or (result_row or {}).get("diagnostics") or {}
+  diagnostics = {**self_diagnostics(steps_rows.get(EARLY_STEP, {}), "step100"),
+                 **self_diagnostics(last, "last")}
+  bleu = None if diverged or not result_row else result_row.get("test_bleu")
+  prov = provenance_lib.of(result_row) if result_row else None
+  return Record(cell.score, cell.dim, cell.lr, seed, loss, diverged, bleu, diagnostics,
+                {k: prov.get(k) for k in PROVENANCE_FIELDS} if prov else None)
+
+
+def _checked(run: rundir.RunDir, cfg: config_lib.ExperimentConfig,
+             arm: config_lib.Arm) -> None:
+  """Refuses a run folder made with other settings than the plan's (one
+  ValueError line naming it): its numbers would not be this grid's."""
+  if not os.path.exists(run.config):
+    return  # not started: nothing to check
+  other_steps = run.check(rundir.fingerprint(cfg, arm), write=False)
+  if other_steps is not None:
+    raise ValueError(f"{run.config} records a run of {other_steps} steps, not the grid's "
+                     f"{cfg.steps}; it is not a run of this grid.")
+
+
+def read_grid(path: str, cfg: config_lib.ExperimentConfig,
+              learning_rates: Sequence[float]) -> Grid:
+  """The grid of `cfg` swept over `learning_rates` in the workdir `path`
+  (its layout: `rundir.Workdir.point`, `Workdir.run`): the records of every
+  known cell and the cells still missing. A run folder of other settings is
+  a ValueError naming its config.json."""
+  workdir = rundir.Workdir(path)
+  points = config_lib.grid(cfg, ((AXIS, tuple(learning_rates)),))
+  records, missing = [], []
+  seeds = tuple(range(cfg.seeds))
+  for point in points:
+    for arm in point.config.sweep():
+      run = workdir.point(point).run(arm)
+      cell = Cell(arm.name, arm.attention_dim, float(point.values[AXIS]))
+      _checked(run, point.config, arm)
+      log = MetricsLog(run.metrics, write=False).read()
+      rows = {r["seed"]: r for r in run.rows()} if run.finished else {}
+      found = [seed_record(cell, s, log, rows.get(s), cfg.steps) for s in seeds]
+      if all(r is not None for r in found):
+        records.extend(found)
+      else:
+        missing.append(cell)
+  lrs = tuple(sorted(float(x) for x in learning_rates))
+  return Grid(tuple(records), tuple(missing), {a: lrs for a in cfg.arms},
+              {a: tuple(sorted(cfg.dims)) for a in cfg.arms}, cfg.vocab_size, cfg.steps)
+
+
+def merge(grids: Sequence[Grid]) -> Grid:
+  """One grid of several (the main arms and the controls), which must share
+  the vocabulary and the number of steps, and no score."""
+  first = grids[0]
+  for g in grids[1:]:
+    if (g.vocab_size, g.steps) != (first.vocab_size, first.steps):
+      raise ValueError(f"grids of {first.vocab_size} and {g.vocab_size} pieces, "
+                       f"{first.steps} and {g.steps} steps cannot be analysed together.")
+    if set(g.scores) & set(first.scores):
+      raise ValueError(f"scores {sorted(set(g.scores) & set(first.scores))} are in two grids.")
+    first = Grid(first.records + g.records, first.missing + g.missing,
+                 {**first.learning_rates, **g.learning_rates}, {**first.dims, **g.dims},
+                 first.vocab_size, first.steps)
+  return first
+
+
+def preset_grids() -> dict[str, tuple[config_lib.ExperimentConfig, tuple[float, ...]]]:
+  """The preset's two grids as results/transformer_lr_cpu/commands.sh runs
+  them: name -> (config, learning rates)."""
+  cfg = config_lib.from_preset("transformer_lr_cpu")
+  return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),
+          "controls": (cfg.replace(arms=("inverse_dim", "qk_norm"), baseline="inverse_dim"),
+                       transformer_lr_cpu.CONTROL_LEARNING_RATES)}
+
+
+# --- numbers ------------------------------------------------------------------
+
+
+def seed_losses(records: Iterable[Record]) -> dict[Cell, np.ndarray]:
+  """Each cell's final validation losses, in seed order (inf: diverged)."""
+  by_cell = collections.defaultdict(list)
+  for r in sorted(records, key=lambda r: (r.cell, r.seed)):
+    by_cell[r.cell].append(r.loss)
+  return {c: np.asarray(v, np.float64) for c, v in by_cell.items()}
+
+
+def mean_losses(records: Iterable[Record]) -> dict[Cell, float]:
+  """L(s, d, lr): the mean over seeds; infinite where any seed diverged."""
+  return {c: float(np.mean(v)) for c, v in seed_losses(records).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+  """lr_opt and lr* of one (score, d_k) curve and how far to trust lr*."""
+  lr_opt: float | None
+  loss_opt: float | None
+  lr_star: float | None
+  above: bool = False  # L never reaches the target: lr* beyond the grid's largest lr
+  lowest: bool = False  # lr_opt is the grid's lowest lr: the failure may begin lower
+  into_divergence: bool = False  # the point past the crossing diverged (module docstring)
+  nowhere: bool = False  # no finite L at any learning rate: no lr_opt
+  complete: bool = True  # every planned learning rate of the curve is known
+
+  @property
+  def censored(self) -> bool:
+    return self.above or self.lowest or self.nowhere
+
+  @property
+  def fitted(self) -> bool:
+    """Whether this lr* enters the law's fit."""
+    return self.lr_star is not None and self.complete and not self.censored
+
+
+def threshold(curve: Sequence[tuple[float, float]], planned: Sequence[float],
+              margin: float = FAILURE_MARGIN) -> Threshold:
+  """lr_opt (the learning rate of the smallest finite L; the lower on a tie)
+  and lr*: the first learning rate above it at which L, interpolated
+  linearly in log lr between the points of `curve` ((lr, L) pairs), reaches
+  L(lr_opt) + `margin`. `planned` (the grid's learning rates) says whether
+  lr_opt is the lowest and whether the curve is complete."""
+  points = sorted(curve)
+  complete = set(planned) <= {lr for lr, _ in points}
+  finite = [p for p in points if math.isfinite(p[1])]
+  if not finite:
+    return Threshold(None, None, None, nowhere=True, complete=complete)
+  lr_opt, loss_opt = min(finite, key=lambda p: (p[1], p[0]))
+  common = dict(lr_opt=lr_opt, loss_opt=loss_opt, lowest=lr_opt <= min(planned),
+                complete=complete)
+  target = loss_opt + margin
+  low_lr, low_loss = lr_opt, loss_opt  # below the target: margin > 0
+  for lr, loss in points:
+    if lr <= lr_opt:
+      continue
+    if loss >= target:
+      if math.isinf(loss):
+        return Threshold(lr_star=low_lr, into_divergence=True, **common)
+      t = (target - low_loss) / (loss - low_loss)
+      x = math.log(low_lr) + t * (math.log(lr) - math.log(low_lr))
+      return Threshold(lr_star=math.exp(x), **common)
+    low_lr, low_loss = lr, loss
+  return Threshold(lr_star=None, above=True, **common)
+
+
+def curve_of(losses: Mapping[Cell, float], score: str, dim: int) -> list[tuple[float, float]]:
+  """(lr, L) of every known cell of (score, dim), by learning rate."""
+  return sorted((c.lr, v) for c, v in losses.items() if c.score == score and c.dim == dim)
+
+
+def absolute_failures(losses: Mapping[Cell, float], margin: float = FAILURE_MARGIN
+                      ) -> tuple[dict[Cell, bool], dict[int, float]]:
+  """(whether each cell fails, L_best per d_k): a cell fails when its L is
+  above L_best(d) + `margin`, L_best(d) the smallest L of every score and
+  learning rate at its d_k; a diverged cell always fails."""
+  best = {}
+  for c, v in losses.items():
+    best[c.dim] = min(best.get(c.dim, math.inf), v)
+  fails = {c: not math.isfinite(v) or v > best[c.dim] + margin for c, v in losses.items()}
+  return fails, best
+
+
+def sensitivity(losses: Sequence[float], ln_vocab: float) -> float | None:
+  """Wortsman et al.'s learning-rate sensitivity of one curve: the mean over
+  its learning rates of min(L, ln V) minus its smallest L (ln V, the
+  uniform prediction's loss, stands in for the loss at step 0, so that a
+  diverged point counts as no learning rather than infinity); None if no L
+  is finite."""
+  best = min(losses)
+  if not math.isfinite(best):
+    return None
+  return float(np.mean([min(v, ln_vocab) for v in losses])) - best
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float | None:
+  """The least-squares slope of log lr* on log d_k over (d_k, lr*) `points`;
+  None with fewer than two distinct d_k."""
+  if len({d for d, _ in points}) < 2:
+    return None
+  x = np.log([d for d, _ in points])
+  y = np.log([lr for _, lr in points])
+  x = x - x.mean()
+  return float(np.sum(x * (y - y.mean())) / np.sum(x * x))
+
+
+def fit_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float]]:
+  """(d_k, lr*) of every d_k whose lr* enters the fit (`Threshold.fitted`)."""
+  return [(d, t.lr_star) for d, t in sorted(thresholds.items()) if t.fitted]
+
+
+@dataclasses.dataclass(frozen=True)
+class Bootstrap:
+  low: float | None
+  high: float | None
+  replicates: int
+  with_slope: int  # replicates with at least two uncensored d_k
+
+
+def bootstrap_slope(losses: Mapping[tuple[int, float], np.ndarray], planned: Sequence[float],
+                    margin: float = FAILURE_MARGIN, replicates: int = BOOTSTRAP_REPLICATES,
+                    seed: int = BOOTSTRAP_SEED) -> Bootstrap:
+  """The percentile interval (`INTERVAL`) of the slope of one score over
+  `replicates` draws, each cell's seed losses (`losses[(d_k, lr)]`) drawn
+  with replacement from a generator seeded with `seed`. Only d_k whose curve
+  has every planned learning rate take part, as in the point estimate."""
+  rng = np.random.default_rng(seed)
+  dims = sorted({d for d, _ in losses})
+  dims = [d for d in dims if all((d, lr) in losses for lr in planned)]
+  means = {}
+  for d in dims:
+    for lr in sorted(planned):
+      values = losses[(d, lr)]
+      draws = rng.integers(0, values.size, size=(replicates, values.size))
+      means[(d, lr)] = values[draws].mean(axis=1)
+  slopes = []
+  for b in range(replicates):
+    per_dim = {d: threshold([(lr, means[(d, lr)][b]) for lr in planned], planned, margin)
+               for d in dims}
+    s = slope(fit_points(per_dim))
+    if s is not None:
+      slopes.append(s)
+  if not slopes:
+    return Bootstrap(None, None, replicates, 0)
+  low, high = np.percentile(slopes, INTERVAL)
+  return Bootstrap(float(low), float(high), replicates, len(slopes))
+
+
+@dataclasses.dataclass(frozen=True)
+class Law:
+  """The fitted slope of one score, its interval and what it was fitted on."""
+  score: str
+  slope: float | None
+  dims: tuple[int, ...]  # the d_k fitted
+  interval: Bootstrap
+  reference: float | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+  grid: Grid
+  losses: dict[Cell, float]
+  thresholds: dict[tuple[str, int], Threshold]
+  fails: dict[Cell, bool]
+  best: dict[int, float]
+  sensitivity: dict[tuple[str, int], float | None]
+  laws: dict[str, Law]
+  diagnostics: dict[Cell, dict[str, float | None]]  # means over seeds that logged them
+  test_bleu: dict[Cell, float | None]  # mean over seeds not diverged
+
+
+def _mean_known(values: Iterable[float | None]) -> float | None:
+  known = [v for v in values if v is not None]
+  return float(np.mean(known)) if known else None
+
+
+def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
+            replicates: int = BOOTSTRAP_REPLICATES) -> Analysis:
+  """Every number of the rule for `grid` (partial or complete)."""
+  losses = mean_losses(grid.records)
+  per_seed = seed_losses(grid.records)
+  ln_vocab = math.log(grid.vocab_size)
+  thresholds, sens, laws = {}, {}, {}
+  for score in grid.scores:
+    planned = grid.learning_rates[score]
+    for dim in grid.dims[score]:
+      curve = curve_of(losses, score, dim)
+      if curve:
+        thresholds[(score, dim)] = threshold(curve, planned, margin)
+        sens[(score, dim)] = sensitivity([v for _, v in curve], ln_vocab)
+    points = fit_points({d: t for (s, d), t in thresholds.items() if s == score})
+    mine = {(c.dim, c.lr): v for c, v in per_seed.items() if c.score == score}
+    laws[score] = Law(score, slope(points), tuple(d for d, _ in points),
+                      bootstrap_slope(mine, planned, margin, replicates),
+                      REFERENCE_SLOPES.get(score))
+  fails, best = absolute_failures(losses, margin)
+  by_cell = collections.defaultdict(list)
+  for r in grid.records:
+    by_cell[r.cell].append(r)
+  diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
+                     for k in rs[0].diagnostics} for c, rs in by_cell.items()}
+  bleu = {c: _mean_known(r.test_bleu for r in rs) for c, rs in by_cell.items()}
+  return Analysis(grid, losses, thresholds, fails, best, sens, laws, diagnostics, bleu)
+
+
+def provenance_summary(records: Iterable[Record]) -> list[dict]:
+  """The distinct provenances of the result rows read, each with its number
+  of rows (`PROVENANCE_FIELDS`), most rows first; rows not yet finished
+  have none and are counted apart by the caller."""
+  counts: dict[str, list] = {}
+  for r in records:
+    if r.provenance is None:
+      continue
+    key = repr(sorted(r.provenance.items(), key=lambda kv: kv[0]))
+    counts.setdefault(key, [dict(r.provenance), 0])[1] += 1
+  return [{**p, "rows": n} for p, n in sorted(counts.values(), key=lambda pn: -pn[1])]
+
+
+def _cell_json(c: Cell) -> dict:
+  return {"score": c.score, "dim": c.dim, "lr": c.lr}
+
+
+def as_json(a: Analysis) -> dict:
+  """Every number of `a` as JSON-ready values (inf as null beside a flag)."""
+  g = a.grid
+  return {
+      "rule": {"failure_margin": FAILURE_MARGIN, "early_step": EARLY_STEP,
+               "last_step": g.steps, "vocab_size": g.vocab_size,
+               "bootstrap": {"replicates": BOOTSTRAP_REPLICATES, "rng_seed": BOOTSTRAP_SEED,
+                             "percentiles": list(INTERVAL)}},
+      "plan": {s: {"dims": list(g.dims[s]), "learning_rates": list(g.learning_rates[s])}
+               for s in g.scores},
+      "missing": [_cell_json(c) for c in g.missing],
+      "records": [{**_cell_json(r.cell), "seed": r.seed,
+                   "loss": r.loss if r.loss != math.inf else None, "diverged": r.diverged,
+                   "test_bleu": r.test_bleu, "diagnostics": dict(r.diagnostics)}
+                  for r in g.records],
+      "cells": [{**_cell_json(c), "L": v if math.isfinite(v) else None,
+                 "diverged": not math.isfinite(v), "fails_absolute": a.fails[c],
+                 "test_bleu": a.test_bleu[c], "diagnostics": a.diagnostics[c]}
+                for c, v in sorted(a.losses.items())],
+      "L_best": {str(d): v for d, v in sorted(a.best.items())},
+      "thresholds": [{"score": s, "dim": d, **dataclasses.asdict(t), "censored": t.censored,
+                      "fitted": t.fitted} for (s, d), t in a.thresholds.items()],
+      "sensitivity": [{"score": s, "dim": d, "sensitivity": v,
+                       "complete": a.thresholds[(s, d)].complete}
+                      for (s, d), v in a.sensitivity.items()],
+      "laws": [{"score": law.score, "slope": law.slope, "dims": list(law.dims),
+                "interval": [law.interval.low, law.interval.high],
+                "replicates": law.interval.replicates,
+                "replicates_with_slope": law.interval.with_slope, "reference": law.reference}
+               for law in a.laws.values()],
+      "provenance": provenance_summary(g.records),
+      "rows_without_result": sum(r.provenance is None for r in g.records),
+  }

@@ -1,0 +1,207 @@
+"""The Markdown tables of the learning-rate threshold analysis (`threshold.analyse`).
+
+Tables only, each under a heading that names what its cells hold: the prose
+that reads them is written by a person in the results README, so that no
+generated sentence can claim more than the numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+from attention_jax.analysis import threshold as th
+
+MISSING = "–"
+
+
+def fmt_lr(lr: float) -> str:
+  """A learning rate in two significant digits, as `3e-5`, `1.7e-3`."""
+  mantissa, _, exponent = f"{lr:.1e}".partition("e")
+  return f"{mantissa.rstrip('0').rstrip('.')}e{int(exponent)}"
+
+
+def _loss(v: float) -> str:
+  return f"{v:.3f}" if math.isfinite(v) else "diverged"
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines += ["| " + " | ".join(row) + " |" for row in rows]
+  return "\n".join(lines) + "\n"
+
+
+def _all_dims(a: th.Analysis) -> list[int]:
+  return sorted({d for s in a.grid.scores for d in a.grid.dims[s]})
+
+
+def loss_table(a: th.Analysis) -> str:
+  """L(s, d, lr) (nats; `diverged`: a seed diverged), a row per (score, lr),
+  a column per d_k."""
+  dims = _all_dims(a)
+  diverged_seeds = {}
+  for r in a.grid.records:
+    diverged_seeds[r.cell] = diverged_seeds.get(r.cell, 0) + r.diverged
+  rows = []
+  for s in a.grid.scores:
+    for lr in a.grid.learning_rates[s]:
+      row = [s, fmt_lr(lr)]
+      for d in dims:
+        c = th.Cell(s, d, lr)
+        v = a.losses.get(c)
+        if v is None:
+          row.append(MISSING)
+        elif math.isfinite(v):
+          row.append(_loss(v))
+        else:
+          n = sum(1 for r in a.grid.records if r.cell == c)
+          row.append(f"diverged ({diverged_seeds[c]} of {n} seeds)")
+      rows.append(row)
+  return _table(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
+
+
+def _flags(t: th.Threshold) -> str:
+  flags = []
+  if t.nowhere:
+    flags.append("diverged at every lr")
+  if t.above:
+    flags.append("censored: above the grid")
+  if t.lowest:
+    flags.append("censored: lr_opt is the grid's lowest")
+  if t.into_divergence:
+    flags.append("next lr diverged: lr* is the last lr below the target")
+  if not t.complete:
+    flags.append("provisional: lrs missing")
+  return "; ".join(flags)
+
+
+def threshold_table(a: th.Analysis) -> str:
+  """lr_opt, L(lr_opt) and lr* per (score, d_k), with the flags that keep an
+  lr* out of the fit."""
+  rows = []
+  for s in a.grid.scores:
+    for d in a.grid.dims[s]:
+      t = a.thresholds.get((s, d))
+      if t is None:
+        rows.append([s, str(d), MISSING, MISSING, MISSING, "no cell known"])
+        continue
+      if t.lr_star is not None:
+        star = fmt_lr(t.lr_star)
+      elif t.above:
+        star = f"> {fmt_lr(max(a.grid.learning_rates[s]))}"
+      else:
+        star = f"< {fmt_lr(min(a.grid.learning_rates[s]))}"
+      rows.append([s, str(d), fmt_lr(t.lr_opt) if t.lr_opt else MISSING,
+                   _loss(t.loss_opt) if t.loss_opt is not None else MISSING, star,
+                   _flags(t) or ("fitted" if t.fitted else "")])
+  return _table(["score", "d_k", "lr_opt", "L(lr_opt)", "lr*", "flags"], rows)
+
+
+def absolute_table(a: th.Analysis) -> str:
+  """Pass/fail of every known cell against L_best(d) + FAILURE_MARGIN, with
+  that bound on the first row."""
+  dims = _all_dims(a)
+  bound = ["L_best + ln 1.2", ""] + [
+      _loss(a.best[d] + th.FAILURE_MARGIN) if d in a.best else MISSING for d in dims]
+  rows = [bound]
+  for s in a.grid.scores:
+    for lr in a.grid.learning_rates[s]:
+      row = [s, fmt_lr(lr)]
+      for d in dims:
+        fail = a.fails.get(th.Cell(s, d, lr))
+        row.append(MISSING if fail is None else ("fail" if fail else "pass"))
+      rows.append(row)
+  return _table(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
+
+
+def _signed(x: float) -> str:
+  """`x` to two decimals with its sign; a rounding of zero is +0.00, not -0.00."""
+  return f"{round(x, 2) + 0.0:+.2f}"
+
+
+def law_table(a: th.Analysis) -> str:
+  """The slope of log lr* on log d_k per score, its bootstrap interval, the
+  d_k it was fitted on and the slope the mu-P argument predicts."""
+  rows = []
+  for law in a.laws.values():
+    slope = MISSING if law.slope is None else _signed(law.slope)
+    b = law.interval
+    interval = MISSING if b.low is None else f"[{_signed(b.low)}, {_signed(b.high)}]"
+    rows.append([law.score, slope, interval, ", ".join(map(str, law.dims)) or MISSING,
+                 f"{b.with_slope:,} of {b.replicates:,}",
+                 MISSING if law.reference is None else f"{law.reference:+g}"])
+  return _table(["score", "slope", "95% interval (bootstrap over seeds)", "d_k fitted",
+                 "draws with a slope", "reference"], rows)
+
+
+def sensitivity_table(a: th.Analysis) -> str:
+  """Wortsman et al.'s sensitivity per (score, d_k), over each score's own
+  learning rates (listed: the controls have three of the six)."""
+  dims = _all_dims(a)
+  rows = []
+  for s in a.grid.scores:
+    row = [s]
+    for d in dims:
+      v = a.sensitivity.get((s, d))
+      t = a.thresholds.get((s, d))
+      cell = MISSING if v is None else f"{v:.3f}"
+      if v is not None and t is not None and not t.complete:
+        cell += " (provisional)"
+      row.append(cell)
+    row.append(", ".join(fmt_lr(lr) for lr in a.grid.learning_rates[s]))
+    rows.append(row)
+  return _table(["score"] + [f"d_k = {d}" for d in dims] + ["learning rates"], rows)
+
+
+def _stat(stat: str, v: float | None) -> str:
+  if v is None:
+    return MISSING
+  return f"{100 * v:.0f}%" if stat == "saturated" else f"{v:,.1f}"
+
+
+def diagnostics_table(a: th.Analysis) -> str:
+  """The largest self-attention logit and saturated share (largest over
+  layers, mean over the seeds that logged it) per kind, at step 100 and at
+  the last step."""
+  columns = [(stat, kind, moment) for stat in th.DIAGNOSTIC_STATS for moment in th.MOMENTS
+             for kind in th.SELF_KINDS]
+  names = {"max_logit": "max logit", "saturated": "saturated"}
+  moments = {"step100": f"step {th.EARLY_STEP}", "last": "last step"}
+  header = ["score", "d_k", "lr"] + [
+      f"{names[stat]} {kind.replace('_', ' ')}, {moments[m]}" for stat, kind, m in columns]
+  rows = []
+  for c in sorted(a.diagnostics):
+    values = a.diagnostics[c]
+    rows.append([c.score, str(c.dim), fmt_lr(c.lr)] + [
+        _stat(stat, values.get(th.diagnostic_key(stat, kind, m))) for stat, kind, m in columns])
+  return _table(header, rows)
+
+
+def missing_table(a: th.Analysis) -> str:
+  """The planned cells not yet known, a row per (score, d_k)."""
+  by_pair: dict[tuple[str, int], list[float]] = {}
+  for c in a.grid.missing:
+    by_pair.setdefault((c.score, c.dim), []).append(c.lr)
+  rows = [[s, str(d), ", ".join(fmt_lr(lr) for lr in sorted(lrs))]
+          for (s, d), lrs in by_pair.items()]
+  return _table(["score", "d_k", "learning rates not yet known"], rows)
+
+
+def markdown(a: th.Analysis) -> str:
+  """Every table of the analysis, each under its heading."""
+  g = a.grid
+  sections = [
+      (f"L(s, d_k, lr): ln validation perplexity at step {g.steps}, mean over seeds",
+       loss_table(a)),
+      ("lr_opt and lr* (L reaches L(lr_opt) + ln 1.2, log-lr interpolation)",
+       threshold_table(a)),
+      ("Slope of log lr* on log d_k", law_table(a)),
+      ("Absolute criterion: L > L_best(d_k) + ln 1.2", absolute_table(a)),
+      (f"Learning-rate sensitivity: mean of min(L, ln {g.vocab_size}) minus the best L",
+       sensitivity_table(a)),
+      ("Self-attention diagnostics (largest over layers, mean over seeds)",
+       diagnostics_table(a)),
+  ]
+  if g.missing:
+    sections.append(("Cells not yet known", missing_table(a)))
+  return "\n".join(f"## {title}\n\n{table}" for title, table in sections)
