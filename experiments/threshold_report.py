@@ -84,6 +84,7 @@ def read(main: str, controls: str):
 def write(analysis, inputs: dict[str, str], out: str) -> list[str]:
   """The report of `analysis` (read from the workdirs `inputs`) into `out`;
   the names written."""
+  from attention_jax.analysis import threshold as th  # pylint: disable=g-import-not-at-top
   from attention_jax.analysis import threshold_plots  # pylint: disable=g-import-not-at-top
   from attention_jax.analysis import threshold_tables  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
