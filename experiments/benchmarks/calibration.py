@@ -23,7 +23,13 @@ a multiple of the checkpoint interval and capped at the preset's --steps. Where 
 `--min_steps`, the plan drops dimensions (keeping the smallest and the
 largest) until it fits, and says so. Writes `calibration.json` (the
 measurements, the plan and the flags the sweep takes from it) and
-`calibration.md`.
+`calibration.md`. The sweep reads the plan itself, nothing copied by hand:
+
+    python -m experiments.ablation --preset=gpu --calibration=runs/gpu_plan/calibration.json \
+        --workdir=runs/gpu
+
+(`read_plan`). On a machine without a per-command limit, size the plan for the
+time the whole sweep may take: `--pieces=1 --piece_minutes=MINUTES`.
 """
 
 from __future__ import annotations
@@ -174,6 +180,61 @@ def plan(measured: list[CellTimes], *, arms: tuple[str, ...], dims: tuple[int, .
   return result
 
 
+# The fields a sweep takes from a plan, as `--calibration` gives them to it.
+PLAN_FIELDS = ("steps", "eval_every", "dims")
+
+
+def _positive_int(value: Any) -> bool:
+  return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def plan_fields(written: Any, preset: str, where: str) -> dict[str, Any]:
+  """The sweep's `steps`, `eval_every` and `dims` (comma-separated text, as the
+  flag takes it) from the parsed calibration.json `written`, checked: a plan
+  that does not fit, one measured for another preset, or a file that is no
+  plan raises a ValueError naming `where` (the flag and the file)."""
+  plan = written.get("plan") if isinstance(written, dict) else None
+  if not isinstance(plan, dict):
+    raise ValueError(f"{where} has no \"plan\": write it with "
+                     "`python -m experiments.benchmarks.calibration`.")
+  calibrated_for = written.get("preset")
+  if calibrated_for is not None and calibrated_for != preset:
+    raise ValueError(f"{where} was calibrated for --preset={calibrated_for}, not "
+                     f"--preset={preset}.")
+  if plan.get("fits") is False:
+    raise ValueError(f"{where}: the plan does not fit ({plan.get('steps')} steps for dims "
+                     f"{plan.get('dims')}); see its calibration.md.")
+  dims = plan.get("dims")
+  bad = [name for name, ok in (("steps", _positive_int(plan.get("steps"))),
+                               ("eval_every", _positive_int(plan.get("eval_every"))),
+                               ("dims", isinstance(dims, list) and bool(dims)
+                                and all(_positive_int(d) for d in dims)))
+         if not ok]
+  if bad or plan.get("fits") is not True:
+    what = ", ".join(bad) if bad else "fits"
+    raise ValueError(f"{where}: the plan's {what}: missing or not valid (steps and "
+                     "eval_every positive integers, dims a list of them, fits true).")
+  return {"steps": plan["steps"], "eval_every": plan["eval_every"],
+          "dims": ",".join(str(d) for d in dims)}
+
+
+def read_plan(path: str, preset: str, flag: str = "calibration") -> dict[str, Any]:
+  """`plan_fields` of the calibration.json at `path`; a file that is missing,
+  unreadable or not JSON raises a ValueError naming `--flag` and `path`, so
+  the driver stops with one line before any work."""
+  where = f"`--{flag}` {path}"
+  try:
+    with open(path, encoding="utf-8") as f:
+      text = f.read()
+  except (OSError, UnicodeDecodeError) as e:
+    raise ValueError(f"{where} cannot be read: {getattr(e, 'strerror', None) or e}.") from None
+  try:
+    written = json.loads(text)
+  except json.JSONDecodeError as e:
+    raise ValueError(f"{where} is not JSON ({e.msg}, line {e.lineno}).") from None
+  return plan_fields(written, preset, where)
+
+
 def _timed(fn: Callable[[], Any]) -> float:
   start = time.perf_counter()
   fn()
@@ -259,8 +320,8 @@ def main(argv):
                 min_steps=FLAGS.min_steps, max_steps=cfg.steps)
   settings = (f"preset {FLAGS.preset}, {cfg.seeds} seeds vmapped, dtype {cfg.dtype}, batch "
               f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
-  out = {"measured": [dataclasses.asdict(t) for t in measured], "plan": result,
-         "settings": settings}
+  out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured],
+         "plan": result, "settings": settings}
   files.atomic_write(os.path.join(FLAGS.workdir, "calibration.json"),
                            json.dumps(out, indent=1))
   text = markdown(measured, result, settings)

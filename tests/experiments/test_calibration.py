@@ -1,10 +1,18 @@
 """The gpu sweep's plan from measured times (experiments/benchmarks/calibration.py)
-and the final evaluation's time estimate a sweep piece stops before."""
+the final evaluation's time estimate a sweep piece stops before, and the plan
+read back from calibration.json by the sweep's --calibration."""
+
+import json
+import os
+import subprocess
+import sys
 
 import pytest
 
 from attention_jax.training import evaluation
 from experiments.benchmarks import calibration as cal
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _times(step_s=0.02, compile_s=10.0, validation_s=2.0, test_batch_s=0.5, arm="additive",
@@ -78,3 +86,110 @@ def test_final_evaluation_estimate_scales_the_slowest_validation():
       10.0 * 1958 * 10 / 500)
   assert evaluation.final_evaluation_seconds(10.0, 500, 1, 100, 1) == 10.0  # never below one
   assert evaluation.final_evaluation_seconds(0.0, 500, 1, 1958, 10) == 0.0  # nothing timed
+
+
+# --- the plan read back by the sweep (`--calibration`) -------------------------------
+
+def _write(tmp_path, content, name="calibration.json"):
+  path = tmp_path / name
+  path.write_text(content if isinstance(content, str) else json.dumps(content))
+  return str(path)
+
+
+def test_a_plan_as_calibration_writes_it_is_read_back_as_the_sweeps_fields(tmp_path):
+  plan = _plan([_times(step_s=0.06)])  # 12 cells leave < 1,000 steps: dims dropped
+  path = _write(tmp_path, {"preset": "gpu", "measured": [], "plan": plan})
+  fields = cal.read_plan(path, "gpu")
+  assert fields == {"steps": plan["steps"], "eval_every": plan["eval_every"],
+                    "dims": ",".join(str(d) for d in plan["dims"])}
+  assert fields["dims"] == "128,256,1024" and tuple(fields) == cal.PLAN_FIELDS
+  # The flags calibration.md shows are the same values.
+  assert plan["flags"] == [f"--{k}={v}" for k, v in fields.items()]
+
+
+def test_a_file_without_its_preset_is_read_for_any(tmp_path):
+  # Files written before the preset was recorded carry only the plan.
+  path = _write(tmp_path, {"plan": {"fits": True, "steps": 1500, "eval_every": 500,
+                                    "dims": [128, 1024]}})
+  assert cal.read_plan(path, "quick") == {"steps": 1500, "eval_every": 500, "dims": "128,1024"}
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "is not JSON"),
+    ([1, 2], 'has no "plan"'),
+    ({"measured": []}, 'has no "plan"'),
+    ({"preset": "quick", "plan": {"fits": True, "steps": 1500, "eval_every": 500,
+                                  "dims": [128]}}, "calibrated for --preset=quick, not --preset=gpu"),
+    ({"plan": {"fits": False, "steps": 0, "eval_every": 500, "dims": [128, 1024]}},
+     "does not fit (0 steps"),
+    ({"plan": {"fits": True, "steps": 0, "eval_every": 500, "dims": [128]}}, "plan's steps:"),
+    ({"plan": {"fits": True, "steps": 1500, "eval_every": "500", "dims": [128]}},
+     "plan's eval_every:"),
+    ({"plan": {"fits": True, "steps": 1500, "eval_every": 500, "dims": []}}, "plan's dims:"),
+    ({"plan": {"fits": True, "steps": True, "eval_every": 500, "dims": [128, -1]}},
+     "plan's steps, dims:"),
+    ({"plan": {"steps": 1500, "eval_every": 500, "dims": [128]}}, "plan's fits:"),
+])
+def test_a_bad_calibration_file_is_one_error_naming_the_flag_and_the_file(tmp_path, content,
+                                                                          needle):
+  path = _write(tmp_path, content)
+  with pytest.raises(ValueError) as e:
+    cal.read_plan(path, "gpu")
+  message = str(e.value)
+  assert message.startswith(f"`--calibration` {path}") and needle in message
+  assert "\n" not in message
+
+
+def test_a_missing_or_unreadable_calibration_file_is_named(tmp_path):
+  with pytest.raises(ValueError, match=r"`--calibration` .*nope.json cannot be read: No such"):
+    cal.read_plan(str(tmp_path / "nope.json"), "gpu")
+  with pytest.raises(ValueError, match=r"cannot be read: Is a directory"):
+    cal.read_plan(str(tmp_path), "gpu")
+  binary = tmp_path / "binary.json"
+  binary.write_bytes(b"\xff\xfe{")
+  with pytest.raises(ValueError, match="binary.json cannot be read"):
+    cal.read_plan(str(binary), "gpu")
+
+
+def _ablation(*flags):
+  return subprocess.run([sys.executable, "-m", "experiments.ablation", *flags], cwd=ROOT,
+                        capture_output=True, text=True, timeout=300)
+
+
+def _settings(stdout):
+  """--show_config's lines as field -> (value, where it came from)."""
+  out = {}
+  for line in stdout.splitlines():
+    if line.startswith("--"):
+      setting, _, source = line.partition("  # ")
+      name, _, value = setting[2:].partition("=")
+      out[name] = (value, source)
+  return out
+
+
+def test_the_sweep_takes_the_calibrations_plan_and_a_flag_given_wins(tmp_path):
+  path = _write(tmp_path, {"preset": "gpu", "plan": {
+      "fits": True, "steps": 1500, "eval_every": 500, "dims": [128, 1024]}})
+  proc = _ablation("--preset=gpu", f"--calibration={path}", "--show_config")
+  assert proc.returncode == 0, proc.stderr
+  settings = _settings(proc.stdout)
+  assert settings["steps"][0] == "1500" and settings["eval_every"][0] == "500"
+  assert settings["dims"][0] == "128,1024"
+  assert settings["seeds"] == ("4", "preset")  # the rest stays the preset's
+  proc = _ablation("--preset=gpu", f"--calibration={path}", "--steps=700", "--dims=256",
+                   "--show_config")
+  settings = _settings(proc.stdout)
+  assert (settings["steps"][0], settings["eval_every"][0], settings["dims"][0]) == (
+      "700", "500", "256")
+
+
+def test_a_bad_calibration_stops_the_sweep_with_one_line_before_any_work(tmp_path):
+  path = _write(tmp_path, {"preset": "gpu", "plan": {
+      "fits": False, "steps": 0, "eval_every": 500, "dims": [128, 1024]}})
+  workdir = tmp_path / "w"
+  proc = _ablation("--preset=gpu", f"--calibration={path}", f"--workdir={workdir}")
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 1 and len(err) == 1, proc.stderr
+  assert err[0] == (f"error: `--calibration` {path}: the plan does not fit (0 steps for dims "
+                    "[128, 1024]); see its calibration.md.")
+  assert not workdir.exists()
