@@ -55,6 +55,30 @@ ablation-transformer: $(STAMP) sword
 	$(PY) -m experiments.prepare_data --vocab_size=2000
 	$(PY) -m experiments.ablation --preset=transformer --workdir=$(TWORKDIR)
 
+# An accelerator of one's own (docs/gpu_tpu.md). `make venv-cuda` (an NVIDIA GPU: jax's
+# CUDA 13 plugin with NVIDIA's CUDA and cuDNN wheels, driver 580 or newer) or `make
+# venv-tpu` (a Cloud TPU VM: libtpu) installs $(VENV) from that target's lock for its
+# Python (3.11 or 3.12: PYTHON_SYS) and the corpus's SWORD modules; `make` afterwards
+# keeps, and repairs, the lock the venv was built from. `make ablation-gpu` runs the
+# gpu preset in one go (no 7-minute pieces), its steps from a calibration where
+# CALIBRATION names its calibration.json, and refuses a venv whose JAX sees no GPU or TPU.
+GWORKDIR    ?= runs/gpu
+CALIBRATION ?=
+.PHONY: venv-cuda venv-tpu ablation-gpu
+venv-cuda: sword
+	bash scripts/bootstrap.sh "$(PYTHON_SYS)" "$(VENV)" "$(LOCK)" cuda
+	touch $(STAMP)
+
+venv-tpu: sword
+	bash scripts/bootstrap.sh "$(PYTHON_SYS)" "$(VENV)" "$(LOCK)" tpu
+	touch $(STAMP)
+
+ablation-gpu: $(STAMP) sword
+	@$(PY) -c 'import jax, sys; b = jax.default_backend(); sys.exit(0 if b in ("gpu", "tpu") \
+	  else f"error: JAX sees no GPU or TPU (backend {b}): make venv-cuda or make venv-tpu")'
+	$(PY) -m experiments.ablation --preset=gpu --max_minutes=0 --workdir=$(GWORKDIR) \
+	  $(if $(CALIBRATION),--calibration=$(CALIBRATION))
+
 demo: $(STAMP)
 	$(PY) -m experiments.demo
 

@@ -3,10 +3,16 @@
 # dependency of the package and of its test extra at the exact version (and
 # sha256 hash) of the lock file for the venv's Python, then the package itself
 # (editable, no dependencies).
-# Usage: scripts/bootstrap.sh PYTHON VENV [LOCK]
-#   LOCK  a lock file; empty: the one for the venv's Python (3.11:
-#         requirements/cpu-py311.lock.txt, 3.12: requirements/gpu-image-py312.lock.txt);
-#         "none": no lock, the newest versions pyproject.toml allows.
+# Usage: scripts/bootstrap.sh PYTHON VENV [LOCK] [TARGET]
+#   LOCK    a lock file; empty: the one the venv was built from before (so that
+#           `make` repairing an accelerator's venv reinstalls its lock, not the
+#           CPU one), else the TARGET's for the venv's Python; "none": no lock,
+#           the newest versions pyproject.toml allows.
+#   TARGET  cpu (default: 3.11 requirements/cpu-py311.lock.txt, 3.12
+#           requirements/gpu-image-py312.lock.txt), cuda or tpu (an NVIDIA GPU or a
+#           TPU VM of one's own: requirements/{cuda,tpu}-py3{11,12}.lock.txt, which
+#           add jax's CUDA 13 plugin or libtpu; `make venv-cuda`, `make venv-tpu`).
+#           A TARGET given picks its lock whatever the venv held before.
 # The lock installed (path and sha256) is recorded in VENV/attention_jax-lock.txt;
 # scripts/check_venv.py checks the venv still holds it (versions and files), and
 # what it finds broken is installed again here (the Makefile runs this script
@@ -15,6 +21,10 @@ set -euo pipefail
 py="${1:-python3}"
 venv="${2:-.venv}"
 lock="${3:-}"
+target="${4:-}"
+case "$target" in ""|cpu|cuda|tpu) ;;
+  *) echo "error: TARGET must be cpu, cuda or tpu, got '$target'" >&2; exit 1 ;;
+esac
 # A misspelt Python (python3.99) made the venv step fail, which was taken for
 # Debian's missing python3-venv: apt-get changed the system, then the venv
 # step failed again. The interpreter is checked first, and apt-get runs only
@@ -42,21 +52,28 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 vpy="$venv/bin/python"
 marker="$venv/attention_jax-lock.txt"
+if [ -z "$lock" ] && [ -z "$target" ] && [ -f "$marker" ]; then
+  previous=$(cut -d' ' -f1 "$marker")
+  if [ -f "$previous" ]; then lock="$previous"; fi
+fi
 if [ -z "$lock" ]; then
   version=$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  case "$version" in
-    3.11) lock=requirements/cpu-py311.lock.txt ;;
-    3.12) lock=requirements/gpu-image-py312.lock.txt ;;
+  case "${target:-cpu}:$version" in
+    cpu:3.11) lock=requirements/cpu-py311.lock.txt ;;
+    cpu:3.12) lock=requirements/gpu-image-py312.lock.txt ;;
+    cuda:3.11|cuda:3.12|tpu:3.11|tpu:3.12) lock="requirements/$target-py${version/./}.lock.txt" ;;
     *)
+      case "$target" in cuda|tpu) make_target="make venv-$target" ;; *) make_target=make ;; esac
       echo "error: no lock file for Python $version (of '$py'): use Python 3.11 or 3.12" \
-           "(make PYTHON_SYS=python3.11), or install unpinned with 'make LOCK=none'" >&2
+           "($make_target PYTHON_SYS=python3.11), or install unpinned with 'make LOCK=none'" >&2
       exit 1 ;;
   esac
 fi
 rm -f "$marker"
 if [ "$lock" = none ]; then
   "$vpy" -m pip install -q --upgrade pip
-  "$vpy" -m pip install -q -e ".[test]"
+  extras=test; case "$target" in cuda|tpu) extras="test,$target" ;; esac
+  "$vpy" -m pip install -q -e ".[$extras]"
   exit 0
 fi
 if [ ! -f "$lock" ]; then
