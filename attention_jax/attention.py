@@ -11,6 +11,7 @@ size, dv value size. Leading axes (`...`) are any mix of batch and head axes.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 import jax
@@ -25,7 +26,7 @@ from attention_jax.score_kinds import DotProduct
 __all__ = ["attend", "attention", "compute_scores", "select_implementation", "IMPLEMENTATIONS",
            "structured_mask"]
 
-IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
+IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise", "pallas")
 
 # On CPUs `auto` takes `blockwise` from this many keys on, `plain` below it.
 # Measured with experiments/benchmark.py on a 2-core Xeon (float32, B = H = 8,
@@ -334,6 +335,42 @@ def _dot_product(score, query, keys, params) -> DotProduct | None:
   return form
 
 
+def _pallas_serves(score: str, params, return_weights: bool) -> bool:
+  """Whether the Pallas additive kernels (`pallas_additive`) compute `score`
+  for these inputs: `additive` with `w_q [dq, a]`, `w_k [dk, a]`, `v [a]`,
+  without the weights (which they never form)."""
+  if score != "additive" or return_weights:
+    return False
+  params = dict(params or {})
+  return (all(p in params for p in ("w_q", "w_k", "v"))
+          and jnp.ndim(params["w_q"]) == jnp.ndim(params["w_k"]) == 2
+          and jnp.ndim(params["v"]) == 1)
+
+
+def _pallas_wins(query, keys, params) -> bool:
+  """`auto`'s rule for the Pallas additive kernels on a TPU or GPU: take them
+  where the plain path would build the `[..., Tq, Tk, a]` tanh block in
+  chunks (`scores.additive`: more than `_ADDITIVE_BLOCK_ELEMENTS` elements,
+  16 MiB of float32), i.e. a `lax.map` of small programs that recompute the
+  block in the backward and keep `[..., Tq, Tk]` float32 scores and weights.
+  The kernels hold neither; below that size one fused XLA program is kept.
+  On a TPU they must also fit their VMEM (they keep one head's projected
+  keys whole there; `pallas_additive.tpu_vmem_bytes`). The rule is a memory
+  criterion: no device has timed either path (docs/performance.md)."""
+  from attention_jax import pallas_additive  # pylint: disable=g-import-not-at-top
+  from attention_jax import scores as scores_lib  # pylint: disable=g-import-not-at-top
+  a = jnp.shape(params["w_q"])[-1]
+  lead = jnp.broadcast_shapes(query.shape[:-2], keys.shape[:-2])
+  tq, tk = query.shape[-2], keys.shape[-2]
+  if math.prod(lead) * tq * tk * a <= scores_lib._ADDITIVE_BLOCK_ELEMENTS:  # pylint: disable=protected-access
+    return False
+  if jax.default_backend() == "tpu":
+    blocks = pallas_additive.default_blocks("tpu")
+    need = pallas_additive.tpu_vmem_bytes(tq, tk, a, 128, blocks)
+    return need <= pallas_additive.TPU_VMEM_LIMIT_BYTES
+  return True
+
+
 def select_implementation(score: str, implementation: str, query, keys, values, *,
                           params: Mapping[str, Any] | None = None,
                           return_weights: bool = False) -> str:
@@ -343,12 +380,15 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
   Returns:
     'plain' (scores + `attend`: any score, the weights available),
     'blockwise' (`blockwise.dot_product_attention`: the dot-product family,
-    no weights), or 'fused' (`jax.nn.dot_product_attention` with the
+    no weights), 'fused' (`jax.nn.dot_product_attention` with the
     requested 'xla' / 'cudnn', or under 'auto' cuDNN flash attention where
     `_cudnn_applies` (which also looks at the mask), else XLA's kernel:
-    `dot` / `scaled_dot` with dq == dk == dv, no weights). `auto` chooses
-    fused off CPUs, and on CPUs blockwise from `_BLOCKWISE_MIN_KEYS` keys on
-    (measured: the constant's comment), plain otherwise.
+    `dot` / `scaled_dot` with dq == dk == dv, no weights), or 'pallas'
+    (`pallas_additive`: `additive` with 2-D `w_q` / `w_k`, no weights; on
+    a CPU in Pallas's interpret mode, for tests). `auto` chooses fused off
+    CPUs, pallas off CPUs by `_pallas_wins` (a memory rule), and on CPUs
+    blockwise from `_BLOCKWISE_MIN_KEYS` keys on (measured: the constant's
+    comment), plain otherwise; it never chooses pallas on a CPU.
 
   Raises:
     ValueError: an explicit `implementation` that cannot serve the inputs,
@@ -379,10 +419,20 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
           f"score={score!r}, q {tuple(query.shape)}, k {tuple(keys.shape)}, "
           f"return_weights={return_weights}.")
     return "blockwise"
+  pallas_ok = _pallas_serves(score, params, return_weights)
+  if implementation == "pallas":
+    if not pallas_ok:
+      raise ValueError(
+          "`implementation='pallas'` supports score 'additive' with params w_q [dq, a], "
+          f"w_k [dk, a] and v [a], without return_weights; got score={score!r}, "
+          f"params {sorted(dict(params or {}))}, return_weights={return_weights}.")
+    return "pallas"
   if implementation == "plain":
     return "plain"
   if jax.default_backend() == "cpu":  # auto on a CPU
     return "blockwise" if blockwise_ok and keys.shape[-2] >= _BLOCKWISE_MIN_KEYS else "plain"
+  if pallas_ok and _pallas_wins(query, keys, params):
+    return "pallas"
   return "fused" if fusable else "plain"
 
 
@@ -408,7 +458,9 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
     query_lengths / key_lengths: int `[*batch]` over the leading axes before
       the head axis (all leading axes for 3-D inputs): positions at or after
       the length are padding; a padded query gets a zero context.
-    implementation: `plain` (scores + `attend`), `xla` / `cudnn`
+    implementation: `plain` (scores + `attend`), `pallas` (`additive`
+      only: `pallas_additive`'s fused kernels; `auto` takes them on a TPU
+      or GPU where the tanh block exceeds 2**22 elements), `xla` / `cudnn`
       (`jax.nn.dot_product_attention`, dot-product scores only), or `auto`:
       the fused kernel for `dot` / `scaled_dot` when weights are not requested
       and dq == dk == dv (cuDNN flash attention on NVIDIA GPUs for unmasked
@@ -446,7 +498,7 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   batch = lead[:-1] if len(lead) >= 2 else lead
   query_lengths = _check_lengths(query_lengths, "query_lengths", batch, tq)
   key_lengths = _check_lengths(key_lengths, "key_lengths", batch, tk)
-  if kernel != "plain":  # both kernels compute the score as `scale · q' k'ᵀ`
+  if kernel in ("fused", "blockwise"):  # both compute the score as `scale · q' k'ᵀ`
     q, k, scale = registry.SCORES[score].dot_product.operands(query, keys, dict(params or {}))
   if kernel == "fused":
     return _fused(q, k, values, mask, scale, implementation, causal=bool(causal),
@@ -456,6 +508,11 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
       heads=len(lead) >= 2))
   if kernel == "blockwise":
     return blockwise.dot_product_attention(q, k, values, mask, scale=scale)
+  if kernel == "pallas":
+    from attention_jax import pallas_additive  # pylint: disable=g-import-not-at-top
+    p = dict(params)
+    return pallas_additive.additive_attention(query, keys, values, p["w_q"], p["w_k"], p["v"],
+                                              mask)
   if query.dtype == jnp.float16 or keys.dtype == jnp.float16:
     # float16 tops out at 65504: scores beyond it would be inf and the softmax
     # NaN, where the fused and blockwise kernels (float32 logits) stay finite.
