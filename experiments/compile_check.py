@@ -24,7 +24,9 @@ Programs (--programs, comma-separated):
                     and on the H100 also jax.nn's cuDNN kernel (`is_causal`).
   additive          the additive score at a = 1024 (B = 32, d = 64, float32,
                     forward+backward): the library's chunked form vs XLA's
-                    naive `[B, Tq, Tk, a]` one, T = --additive_seq_lens.
+                    naive `[B, Tq, Tk, a]` one, T = --additive_seq_lens; with
+                    --additive_impls=pallas,... also the Pallas kernels
+                    (`attention(score='additive', implementation='pallas')`).
 
 Per program a row: compiled or the error; argument / output / alias /
 temporary bytes from XLA's memory analysis and whether they fit the target's
@@ -154,6 +156,7 @@ def h100_target_config(cudnn_version: tuple[int, int] = (9, 12),
 # Flags.
 
 PROGRAMS = ("gpu_sweep", "transformer_base", "kernels", "additive")
+ADDITIVE_IMPLS = ("chunked", "naive", "pallas")
 DEFAULT_KERNEL_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_ADDITIVE_SEQ_LENS = (256, 512, 1024, 2048, 4096)
 
@@ -172,6 +175,8 @@ def define_flags() -> None:
                     "nothing.")
   flags.DEFINE_string("additive_seq_lens", ",".join(map(str, DEFAULT_ADDITIVE_SEQ_LENS)),
                       "Additive program: sequence lengths T.")
+  flags.DEFINE_string("additive_impls", "chunked,naive",
+                      f"Additive program: comma-separated forms from {', '.join(ADDITIVE_IMPLS)}.")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,6 +187,7 @@ class Options:
   out: str
   kernel_seq_lens: tuple[int, ...]
   additive_seq_lens: tuple[int, ...]
+  additive_impls: tuple[str, ...] = ("chunked", "naive")
 
 
 def _int_list(name: str, raw: str) -> tuple[int, ...]:
@@ -198,7 +204,8 @@ def _int_list(name: str, raw: str) -> tuple[int, ...]:
 
 
 def parse_options(target: str | None, programs: str, out: str | None,
-                  kernel_seq_lens: str, additive_seq_lens: str) -> Options:
+                  kernel_seq_lens: str, additive_seq_lens: str,
+                  additive_impls: str = "chunked,naive") -> Options:
   """The flags' values checked; a ValueError names the first bad flag."""
   if not target:
     raise ValueError(f"`--target` is required: one of {', '.join(TARGETS)}.")
@@ -214,9 +221,13 @@ def parse_options(target: str | None, programs: str, out: str | None,
     raise ValueError("`--out` is required: the folder for the table and the jsonl.")
   if os.path.exists(out) and not os.path.isdir(out):
     raise ValueError(f"`--out` {out} exists and is not a folder.")
+  impls = tuple(dict.fromkeys(p.strip() for p in str(additive_impls).split(",") if p.strip()))
+  if not impls or any(p not in ADDITIVE_IMPLS for p in impls):
+    raise ValueError(f"`--additive_impls` must name forms from {', '.join(ADDITIVE_IMPLS)}; "
+                     f"got {additive_impls!r}.")
   return Options(TARGETS[target], tuple(dict.fromkeys(chosen)), out,
                  _int_list("kernel_seq_lens", kernel_seq_lens),
-                 _int_list("additive_seq_lens", additive_seq_lens))
+                 _int_list("additive_seq_lens", additive_seq_lens), impls)
 
 
 # ----------------------------------------------------------------------------
@@ -304,17 +315,29 @@ def shapes_bytes(text: str) -> int:
   return total
 
 
+# The `pl.CostEstimate` of a Pallas kernel in a TPU custom call's backend
+# config. Pallas's Triton backend (GPU) does not pass it on (jax 0.11.2), so
+# a Triton kernel stays uncosted.
+_PALLAS_COST = re.compile(r'"cost_estimate":\s*\{"flops":\s*"?(\d+)"?,\s*"transcendentals":'
+                          r'\s*"?\d+"?,\s*"bytes_accessed":\s*"?(\d+)"?')
+
+
 def custom_call_cost(line: str) -> dict[str, float]:
   """FLOPs and bytes of a custom call, which XLA's cost analysis does not
   know (it counts each as -1). cuDNN attention: the FlashAttention count
   (`attention_jax.benchmarking.attention_flops`) from the call's
   `[B, H, Tq, Tk]` score shape and head size, halved when causal, x 2.5 for
-  the backward; its bytes are its operands and results. Any other call: its
-  results' bytes only, 0 FLOPs (`known` False)."""
+  the backward; its bytes are its operands and results. A Pallas kernel on a
+  TPU: its own `pl.CostEstimate`. Any other call: its results' bytes only,
+  0 FLOPs (`known` False)."""
   target = re.search(r'custom_call_target="([^"]+)"', line)
   target = target.group(1) if target else ""
   result = line.split("=", 1)[1].split(" custom-call(")[0]
   operands = re.search(r"operand_layout_constraints=\{(.*?)\}, [a-z_]+=", line)
+  own = _PALLAS_COST.search(line)
+  if own:  # a Pallas kernel's pl.CostEstimate, which Mosaic (TPU) writes into the call
+    return {"flops": float(own.group(1)), "bytes accessed": float(own.group(2)),
+            "known": True}
   if not target.startswith(CUDNN_ATTENTION_CALL):
     return {"flops": 0.0, "bytes accessed": float(shapes_bytes(result)), "known": False}
   scores = re.search(r'"intermediate_tensor_shape":.*?"dimensions":\s*\[([^\]]*)\]', line)
@@ -596,12 +619,31 @@ def additive_table(rows: Sequence[Mapping[str, Any]]) -> str:
       return "error"
     return f"{_gb(r['temp_bytes'])}{'' if r.get('fits') else ' (does not fit)'}"
 
+  if any("additive_pallas" in forms for forms in by_t.values()):
+    return _additive_table_with_pallas(by_t, cell)
   lines = ["| T | chunked temp GB | naive temp GB | chunked predicted | naive predicted |",
            "|---:|---:|---:|---:|---:|"]
   for t in sorted(by_t):
     c, n = by_t[t].get("additive_chunked"), by_t[t].get("additive_naive")
     lines.append(f"| {t} | {cell(c)} | {cell(n)} | {_seconds((c or {}).get('predicted_s'))} | "
                  f"{_seconds((n or {}).get('predicted_s'))} |")
+  return "\n".join(lines) + "\n"
+
+
+def _additive_table_with_pallas(by_t, cell) -> str:
+  """Temporaries, counted GFLOP and predicted time of the three forms over T."""
+  forms = ("additive_pallas", "additive_chunked", "additive_naive")
+  names = [f.split("_")[1] for f in forms]
+  lines = ["| T | " + " | ".join(f"{n} temp GB" for n in names) + " | "
+           + " | ".join(f"{n} GFLOP" for n in names) + " | "
+           + " | ".join(f"{n} predicted" for n in names) + " |",
+           "|---:|" + "---:|" * (3 * len(forms))]
+  for t in sorted(by_t):
+    rows = [by_t[t].get(f) or {} for f in forms]
+    flops = [("–" if r.get("flops") is None else f"{r['flops'] / 1e9:,.0f}") for r in rows]
+    lines.append(f"| {t} | " + " | ".join(cell(r or None) for r in rows) + " | "
+                 + " | ".join(flops) + " | "
+                 + " | ".join(_seconds(r.get("predicted_s")) for r in rows) + " |")
   return "\n".join(lines) + "\n"
 
 
@@ -778,12 +820,14 @@ def _kernel_program(impl, b, h, t, d, causal, mode):
 ADDITIVE_SHAPE = dict(batch=32, attention_dim=1024, head_dim=64)
 
 
-def additive_cases(seq_lens: Sequence[int]) -> list[Case]:
+def additive_cases(seq_lens: Sequence[int],
+                   impls: Sequence[str] = ("chunked", "naive")) -> list[Case]:
   """Forward+backward of additive attention at a = 1024: the library's
-  chunked `scores.additive` and XLA's naive `scores.additive_naive`."""
+  chunked `scores.additive`, XLA's naive `scores.additive_naive` and the
+  Pallas kernels (`pallas_additive`), those of `impls`."""
   cases = []
   for t in seq_lens:
-    for impl in ("additive_chunked", "additive_naive"):
+    for impl in (f"additive_{name}" for name in impls):
       shapes = dict(impl=impl, seq_len=t, dtype="float32", **ADDITIVE_SHAPE)
       cases.append(Case("additive", f"{impl} T={t}", shapes,
                         functools.partial(_additive_program, impl, t)))
@@ -799,7 +843,11 @@ def _additive_program(impl, t):
   b, a, d = ADDITIVE_SHAPE["batch"], ADDITIVE_SHAPE["attention_dim"], ADDITIVE_SHAPE["head_dim"]
 
   def loss(q, k, values, w_q, w_k, v_att, cot):
-    context, _ = aj.attend(score(q, k, w_q, w_k, v_att), values)  # [B, T, d]
+    if impl == "additive_pallas":
+      context = aj.attention(q, k, values, score="additive", implementation="pallas",
+                             params={"w_q": w_q, "w_k": w_k, "v": v_att})
+    else:
+      context, _ = aj.attend(score(q, k, w_q, w_k, v_att), values)  # [B, T, d]
     return jnp.sum(context * cot)
 
   f32 = lambda *shape: jax.ShapeDtypeStruct(shape, jnp.float32)
@@ -817,7 +865,7 @@ def cases_for(options: Options) -> list[Case]:
     elif program == "kernels":
       cases += kernel_cases(options.kernel_seq_lens, options.target.platform)
     else:
-      cases += additive_cases(options.additive_seq_lens)
+      cases += additive_cases(options.additive_seq_lens, options.additive_impls)
   return cases
 
 
@@ -901,6 +949,14 @@ def _cudnn_probe_on(sharding):
     attention.cudnn_probe_sharding = original
 
 
+def _abstract_mesh_of(sharding):
+  """Lowering sees the target's device as its abstract mesh: Pallas's Triton
+  backend reads the GPU it compiles for from there ('No supported GPU
+  devices found' otherwise, on a host without one)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.sharding.use_abstract_mesh(sharding.mesh.abstract_mesh)
+
+
 def _device_sharding(device):
   """A sharding that places an array whole on `device`."""
   from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
@@ -911,6 +967,42 @@ def _on_device(args, sharding):
   """Every array of `args` as a ShapeDtypeStruct placed by `sharding`."""
   import jax  # pylint: disable=g-import-not-at-top
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), args)
+
+
+def _params_jaxprs(params: Mapping[str, Any]):
+  """The jaxprs among an equation's parameters (a ClosedJaxpr's inner one)."""
+  for value in params.values():
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+      inner = getattr(item, "jaxpr", item)
+      if hasattr(inner, "eqns"):
+        yield inner
+
+
+def pallas_cost_estimates(jaxpr) -> dict:
+  """Σ of the `pl.CostEstimate`s of the Pallas calls in a program's jaxpr
+  (each call site once: none of the compiled programs has one in a loop),
+  with their number. Used where the compiled program does not carry them:
+  Pallas's Triton backend drops the estimate (jax 0.11.2), so XLA and
+  `loop_aware_cost` see its kernels as uncosted custom calls."""
+  total = {"flops": 0.0, "bytes accessed": 0.0, "calls": 0}
+
+  def walk(inner):
+    for eqn in inner.eqns:
+      if eqn.primitive.name == "pallas_call":
+        estimate = eqn.params.get("cost_estimate")
+        if estimate is not None:
+          total["flops"] += estimate.flops
+          total["bytes accessed"] += estimate.bytes_accessed
+          total["calls"] += 1
+        continue  # its own jaxpr is the kernel body
+      for sub in _params_jaxprs(eqn.params):
+        walk(sub)
+
+  walk(getattr(jaxpr, "jaxpr", jaxpr))
+  return total
+
+
+TRITON_CALL = "__gpu$xla.gpu.triton"
 
 
 def cpu_cost_analysis(module_text: str) -> dict:
@@ -928,12 +1020,16 @@ def compile_case(case: Case, target: Target, device) -> dict:
   row = {"program": case.program, "case": case.case, "shapes": case.shapes,
          "target": target.name, "device_kind": getattr(device, "device_kind", None),
          "device_memory_bytes": target.memory_bytes}
+  import jax  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
   sharding = _device_sharding(device)
   try:
-    with _backend_as(target.platform), _cudnn_probe_on(sharding):
+    with (_backend_as(target.platform), _cudnn_probe_on(sharding),
+          _abstract_mesh_of(sharding)):
       fn, args = case.build()
       lowered = fn.lower(*_on_device(args, sharding))
+      pallas = (pallas_cost_estimates(jax.make_jaxpr(fn)(*_on_device(args, sharding)))
+                if target.platform == "cuda" else None)
     compiled = lowered.compile()
   except Exception as e:  # pylint: disable=broad-except
     row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
@@ -960,6 +1056,11 @@ def compile_case(case: Case, target: Target, device) -> dict:
   except Exception as e:  # pylint: disable=broad-except
     row["cost_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     return row
+  if pallas and pallas["calls"] and TRITON_CALL in cost["uncosted_custom_calls"]:
+    # The Triton kernels' own estimates, which the compiled program lacks.
+    cost["flops"] += pallas["flops"]
+    cost["bytes accessed"] += pallas["bytes accessed"]
+    row["pallas_costed_from_jaxpr"] = pallas["calls"]
   row.update(flops=cost["flops"], bytes_accessed=cost["bytes accessed"],
              kernels=int(cost["kernels"]), loop_iterations=int(cost["iterations"]),
              loops=cost["loops"], unknown_trip_loops=cost["unknown_trip_loops"],
@@ -1021,7 +1122,7 @@ def main(argv):
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   try:
     options = parse_options(FLAGS.target, FLAGS.programs, FLAGS.out, FLAGS.kernel_seq_lens,
-                            FLAGS.additive_seq_lens)
+                            FLAGS.additive_seq_lens, FLAGS.additive_impls)
   except ValueError as e:
     sys.exit(f"error: {e}")
   if FLAGS.report_only:

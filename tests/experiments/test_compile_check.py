@@ -379,3 +379,85 @@ def test_program_tables_and_report_only(tmp_path):
   assert (tmp_path / "h100.md").read_text() == text
   with pytest.raises(ValueError, match="`--out`"):
     cc.report_only(str(tmp_path), cc.TARGETS["tpu_v5e"])
+
+
+# Compiles forward+backward of additive attention at the benchmark's shape
+# (B = 32, T = 1024, a = 1024, d = 64, float32) in its three forms for one
+# target; prints one JSON line: the rows, and what `auto` picks there.
+_ADDITIVE_SCRIPT = textwrap.dedent("""\
+    import json, os, sys
+    for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    import importlib
+    import jax, jax.numpy as jnp
+    from experiments import compile_check as cc
+    target = cc.TARGETS[sys.argv[1]]
+    device = cc.target_device(target)
+    out = {c.shapes["impl"]: cc.compile_case(c, target, device)
+           for c in cc.additive_cases((1024,), ("pallas", "chunked", "naive"))}
+    attention = importlib.import_module("attention_jax.attention")
+    q = jax.ShapeDtypeStruct((32, 1024, 64), jnp.float32)
+    params = {"w_q": jnp.zeros((64, 1024)), "w_k": jnp.zeros((64, 1024)), "v": jnp.zeros(1024)}
+    with cc._backend_as(target.platform):
+        out["auto"] = attention.select_implementation("additive", "auto", q, q, q, params=params)
+    print(json.dumps(out))
+    """)
+
+
+@pytest.mark.aot
+@pytest.mark.skipif(not os.path.exists(AOT_PYTHON),
+                    reason="no .venv-aot (bash scripts/aot_env.sh builds it)")
+@pytest.mark.parametrize("target", ["tpu_v5e", "h100"])
+def test_pallas_additive_compiles_with_bounded_memory_and_its_cost(target):
+  from attention_jax import pallas_additive  # pylint: disable=g-import-not-at-top
+  proc = subprocess.run([AOT_PYTHON, "-c", _ADDITIVE_SCRIPT, target], cwd=ROOT,
+                        capture_output=True, text=True, timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert rows.pop("auto") == "pallas"
+  for name, row in rows.items():
+    assert row["status"] == "compiled", (name, row.get("error"))
+  pallas, chunked, naive = (rows[f"additive_{n}"] for n in ("pallas", "chunked", "naive"))
+  assert pallas["fits"]
+  # Nothing of size B·T²·a (128 GiB in float32), nor the chunked form's
+  # B·T² scores and weights: below both other forms.
+  assert pallas["temp_bytes"] < min(chunked["temp_bytes"], naive["temp_bytes"])
+  if target == "h100":  # XLA:GPU stores the naive form's tanh block
+    assert 100 * pallas["temp_bytes"] < naive["temp_bytes"]
+  # The kernels' pl.CostEstimate is counted: on the TPU from the calls
+  # themselves (by libtpu's analysis and by the loop-aware one), on the H100
+  # from the program's jaxpr (Pallas's Triton backend drops it).
+  # Besides the kernels, XLA's six [B·T, d] x [d, a] products (the two
+  # projections and their four gradients) and a few element-wise ops.
+  kernels = sum(c["flops"] for c in pallas_additive.cost_estimates(
+      32, 1024, 1024, 1024, 64).values())
+  expected = kernels + 6 * 2 * 32 * 1024 * 64 * 1024
+  assert expected <= pallas["flops"] <= 1.001 * expected
+  if target == "tpu_v5e":
+    assert expected <= pallas["target_flops"] <= 1.001 * expected
+    assert "tpu_custom_call" not in pallas["uncosted_custom_calls"]
+  else:
+    assert pallas["pallas_costed_from_jaxpr"] == 3  # forward, dq, dkv
+
+
+def test_pallas_kernel_cost_and_the_three_form_table():
+  line = ('  %k = f32[2,256,64]{2,1,0} custom-call(%a), custom_call_target="tpu_custom_call", '
+          'backend_config={"custom_call_config":{"body":"x","cost_estimate":{"flops":"118095872",'
+          '"transcendentals":"33685504","bytes_accessed":"1312768","remote_bytes_transferred":'
+          '"0"},"needs_layout_passes":true}}')
+  assert cc.custom_call_cost(line) == {"flops": 118095872.0, "bytes accessed": 1312768.0,
+                                       "known": True}
+  rows = [_row("additive", f"additive_{impl} T=1024",
+               shapes={"impl": f"additive_{impl}", "seq_len": 1024}, temp_bytes=temp,
+               flops=flops, predicted_s=s)
+          for impl, temp, flops, s in (("pallas", 0.54e9, 696e9, 1.07e-3),
+                                       ("chunked", 1.07e9, 481e9, 0.573),
+                                       ("naive", 137.84e9, 481e9, 0.288))]
+  table = cc.additive_table(rows).splitlines()
+  assert table[0].startswith("| T | pallas temp GB | chunked temp GB | naive temp GB |")
+  assert table[2] == ("| 1024 | 0.54 | 1.07 | 137.84 | 696 | 481 | 481 | 1.07 ms | "
+                      "573.00 ms | 288.00 ms |")
+  options = cc.parse_options("h100", "additive", "/tmp/x", "512", "1024", "pallas,naive")
+  assert options.additive_impls == ("pallas", "naive")
+  with pytest.raises(ValueError, match="`--additive_impls`"):
+    cc.parse_options("h100", "additive", "/tmp/x", "512", "1024", "pallas,flash")
