@@ -6,10 +6,11 @@
     context = weights values                           # [N, Tq, dv]
 
 Why: the additive score's `[N, Tq, Tk, a]` tanh block is what makes it
-expensive. XLA's naive form stores it for the backward (34.5 GB at B = 32,
-T = 1024, a = 1024 on an H100 target); `scores.additive` bounds that with
-`lax.map` over query chunks under `jax.checkpoint`, at the price of many small
-programs and `[N, Tq, Tk]` float32 scores and weights in memory. These
+expensive. XLA's naive form stores it for the backward (137.8 GB at B = 32,
+T = 1024, a = 1024 on an H100 target; results/compile_check/pallas_additive);
+`scores.additive` bounds that with `lax.map` over query chunks under
+`jax.checkpoint`, at the price of many small programs and `[N, Tq, Tk]`
+float32 scores and weights in memory. These
 kernels hold one `[rows, cols, chunk]` tile of the tanh block at a time: the
 forward keeps a running max, normaliser and context per query row over the
 key blocks (FlashAttention's online softmax), the score tile is summed one
@@ -48,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any
 
 import jax
 import jax.numpy as jnp
