@@ -10,8 +10,10 @@
 - Memory: the compiled program's `memory_analysis()` (temporaries,
   arguments, outputs; available on CPU too) and, where the runtime tracks it,
   the device's peak bytes in use.
-- Correctness: a naive float32 einsum reference; `verify_close` raises
-  `KernelMismatchError` so that a wrong kernel is never timed.
+- Correctness: a naive float32 einsum reference, each score's `naive` form
+  from its registry entry (`naive_comparison` lists every score against
+  it); `verify_close` raises `KernelMismatchError` so that a wrong kernel is
+  never timed.
 
 Shape glossary: B batch, H heads, Tq / Tk query / key lengths, D head (feature)
 size, a additive attention size.
@@ -33,12 +35,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_jax import _validate
+from attention_jax.attention import compute_scores
+from attention_jax import registry
 
 __all__ = [
     "attention_flops", "PEAK_TFLOPS", "dense_peak_tflops", "Timing", "compile_fn",
     "time_interleaved", "CpuSnapshot", "cpu_snapshot",
     "other_cpu_load", "memory_stats", "peak_device_memory",
-    "naive_attention", "naive_scores", "KernelMismatchError", "max_error",
+    "naive_attention", "naive_scores", "naive_comparison", "KernelMismatchError", "max_error",
     "verify_close", "default_tolerance", "machine_description", "cpu_model",
     "PEAK_SHAPES", "matmul_rates",
 ]
@@ -252,31 +256,53 @@ def _f32(x):
 
 
 def naive_scores(score: str, query, keys, params: Mapping[str, Any] | None = None):
-  """Reference scores in float32 by explicit einsums (independent of `scores.py`).
+  """Reference scores in float32 by explicit einsums (independent of `scores.py`):
+  the `naive` form of `score`'s registry entry, given the `params` its pure
+  function takes (`function_params`, `function_options`).
 
   query `[..., Tq, dq]`, keys `[..., Tk, dk]` -> `[..., Tq, Tk]` float32.
+
+  Raises:
+    ValueError: naming `score` if it is unknown or its entry has no `naive`
+      form (a kernel of such a score cannot be verified, so it is not timed).
+  """
+  spec = registry.get(score)
+  if spec.naive is None:
+    with_naive = tuple(n for n, s in registry.SCORES.items() if s.naive is not None)
+    raise ValueError(f"`score` {score!r} has no naive form (its registry entry's `naive`); "
+                     f"scores with one: {with_naive}.")
+  params = dict(params or {})
+  taken = spec.function_params + spec.function_options
+  return _f32(spec.naive(query, keys, **{p: params[p] for p in taken if p in params}))
+
+
+def naive_comparison(query, keys, params: Mapping[str, Any] | None = None
+                     ) -> list[dict[str, Any]]:
+  """The library's scores against their naive references, one row per
+  registered score, in the registry's order.
+
+  A score with a pure function and a `naive` form gets `status` 'ok' with
+  `max_abs_err` (max |library − naive|, float32 scores) and `max_abs_ref`;
+  the others are reported with the reason they cannot be compared ('no pure
+  function', 'no naive form', 'params missing: ...'), so a score the
+  benchmark cannot check is listed as such instead of missing. `params`: the weights of every
+  parametrised score, by name (each score takes those its function names).
   """
   params = dict(params or {})
-  q, k = _f32(query), _f32(keys)
-  hi = jax.lax.Precision.HIGHEST
-  if score == "dot":
-    return jnp.einsum("...qd,...kd->...qk", q, k, precision=hi)
-  if score == "scaled_dot":
-    return jnp.einsum("...qd,...kd->...qk", q, k, precision=hi) / math.sqrt(q.shape[-1])
-  if score == "general":
-    return jnp.einsum("...qd,de,...ke->...qk", q, _f32(params["w"]), k, precision=hi)
-  if score == "cosine":
-    qn = q / jnp.maximum(jnp.linalg.norm(q, axis=-1, keepdims=True), 1e-6)
-    kn = k / jnp.maximum(jnp.linalg.norm(k, axis=-1, keepdims=True), 1e-6)
-    return _f32(params.get("beta", 1.0)) * jnp.einsum("...qd,...kd->...qk", qn, kn,
-                                                      precision=hi)
-  if score == "additive":
-    qa = jnp.einsum("...qd,da->...qa", q, _f32(params["w_q"]), precision=hi)
-    ka = jnp.einsum("...kd,da->...ka", k, _f32(params["w_k"]), precision=hi)
-    hidden = jnp.tanh(qa[..., :, None, :] + ka[..., None, :, :])  # [..., Tq, Tk, a]
-    return jnp.einsum("...qka,a->...qk", hidden, _f32(params["v"]), precision=hi)
-  raise ValueError(f"`score` must be one of ('dot', 'scaled_dot', 'general', "
-                   f"'cosine', 'additive'), got {score!r}.")
+  rows = []
+  for name, spec in registry.SCORES.items():
+    missing = [p for p in spec.function_params if p not in params]
+    if spec.function is None:
+      rows.append({"score": name, "status": "no pure function"})
+    elif spec.naive is None:
+      rows.append({"score": name, "status": "no naive form"})
+    elif missing:
+      rows.append({"score": name, "status": f"params missing: {', '.join(missing)}"})
+    else:
+      library = compute_scores(name, query, keys, params)
+      err, scale = max_error(_f32(library), naive_scores(name, query, keys, params))
+      rows.append({"score": name, "status": "ok", "max_abs_err": err, "max_abs_ref": scale})
+  return rows
 
 
 def naive_attention(query, keys, values, mask=None, *, score: str = "scaled_dot",

@@ -1,20 +1,26 @@
 """The one list of attention score functions: where a new score is added.
 
 Each entry (`Score`) says what the score is (name, formula, paper) and
-carries what computes it: its parameters and logits in both attention layers
-(`rnn`, `mha`: `score_kinds.Form`), the pure function `attention` accepts
-(`function`), and the scaled dot product the fused / blockwise kernels see in
-it (`dot_product`). The layers and `attention` branch on no score name.
+carries everything that is particular to it: its parameters, logits and
+NumPy reference in both attention layers (`rnn`, `mha`: `score_kinds.Form`),
+the pure function `attention` accepts (`function`) with its naive float32
+form for the benchmark (`naive`), the scaled dot product the fused /
+blockwise kernels see in it (`dot_product`), the learned parameters the
+trainer's diagnostics log (`logged_params`), and how long a source its
+parameters must be built for (`needs_length`, `per_position`). The layers,
+`attention`, the trainer, the benchmark and the tests branch on no score
+name: they read these fields.
 
 Every other list of score names is derived from `SCORES` when it is read:
 the pure functions `attention`/`compute_scores` accept (`FUNCTION_SCORES`),
 the layers' `score=` choices (`LAYER_SCORES`), the ablation's `--arms`
 (`ARMS`, plus the RNN decoders without attention) and the benchmark's kernels.
 
-To add a score: write its formula (`scores.py` for a pure function of query
-and keys; its parameters, if any, as `make_params` functions like those of
-`score_kinds.py`) and give it one entry, here in `SCORES` or at run time with
-`register` (`registered` for a test). Nothing else names it.
+To add a score: give it one entry, here in `SCORES` or from any module at
+run time with `register` (`registered` for a test); its functions may live
+wherever it is registered (the built-in ones are in `scores.py` and
+`score_kinds.py`). Nothing else names it: `tests/test_add_a_score.py` adds
+one from a test module alone.
 
 Glossary: q / s the query (decoder state), k / h a key (encoder state),
 a the attention dimension, d the query / key size.
@@ -25,7 +31,7 @@ from __future__ import annotations
 import collections.abc
 import contextlib
 import dataclasses
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping
 
 from attention_jax import score_kinds as kinds
 from attention_jax import scores
@@ -57,6 +63,10 @@ class Score:
       have the same size.
     needs_length: its parameters (or their initial values) depend on the
       longest source (`location`, `qk_norm`).
+    per_position: its parameters have one entry per source position
+      (`location`), so the RNN trainer builds it for the widest batch any
+      split gives (evaluation is not length-filtered), not for the longest
+      training sentence; implies `needs_length`.
     fused: the pure score (after any projection) that the fused kernels
       (`jax.nn.dot_product_attention`, cuDNN flash attention) compute, or
       None where no fused kernel applies.
@@ -66,6 +76,15 @@ class Score:
       it takes when given.
     dot_product: the score as one scaled dot product (the blockwise kernel
       of `attention`; for a `fused` score the fused kernels too), or None.
+    naive: `function` written as explicit float32 einsums, independent of
+      the library's code, `f(q, k, **params) -> [..., Tq, Tk]` float32: the
+      benchmark's reference (`benchmarking.naive_scores`), against which
+      every kernel is checked before it is timed; None: the benchmark
+      reports the score as having no reference.
+    logged_params: `{parameter name: metric name}`: the learned parameters
+      of the layers' forms that the trainer's diagnostics log
+      (`diagnostics.logged_params`; e.g. qk_norm's `g` as `qk_norm_g`, the
+      Transformer's per layer and kind as `qk_norm_g_cross_l0`, ...).
   """
   name: str
   formula: str
@@ -80,10 +99,18 @@ class Score:
   function_params: tuple[str, ...] = ()
   function_options: tuple[str, ...] = ()
   dot_product: kinds.DotProduct | None = None
+  per_position: bool = False
+  naive: Callable[..., Any] | None = None
+  logged_params: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
   def __post_init__(self):
     if self.mha is None:
       object.__setattr__(self, "mha", self.rnn)
+    if self.per_position and not self.needs_length:
+      raise ValueError(f"score {self.name!r}: `per_position` needs `needs_length`.")
+    if self.naive is not None and self.function is None:
+      raise ValueError(f"score {self.name!r}: `naive` is the naive form of `function`, "
+                       "which it lacks.")
 
 
 # Order: the Britz et al. 2017 arms first, then the rest; lists derived below
@@ -91,36 +118,45 @@ class Score:
 SCORES: dict[str, Score] = {s.name: s for s in (
     Score("additive", "vᵀ tanh(W_1 s + b_1 + W_2 h + b_2)",
           "Bahdanau et al. 2015; Britz et al. 2017 eq. 6",
-          rnn=Form(kinds.additive_of_projections, kinds.additive_v),
-          mha=Form(kinds.additive_per_head, kinds.additive_heads), projected=True,
-          function=scores.additive, function_params=("w_q", "w_k", "v")),
+          rnn=Form(kinds.additive_of_projections, kinds.additive_v, kinds.additive_reference),
+          mha=Form(kinds.additive_per_head, kinds.additive_heads,
+                   kinds.additive_heads_reference), projected=True,
+          function=scores.additive, function_params=("w_q", "w_k", "v"),
+          naive=kinds.additive_naive),
     Score("multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩", "Britz et al. 2017 eq. 7",
-          rnn=Form(scores.dot), projected=True, fused="dot"),
+          rnn=Form(scores.dot, reference=kinds.dot_reference), projected=True, fused="dot"),
     Score("scaled_multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩ / √a",
           "Britz et al. 2017 eq. 7 with the scaling of Vaswani et al. 2017",
-          rnn=Form(scores.scaled_dot), projected=True, fused="scaled_dot"),
+          rnn=Form(scores.scaled_dot, reference=kinds.scaled_dot_reference), projected=True,
+          fused="scaled_dot"),
     # The modern fixes of logit growth (opt-in arms).
     Score("qk_norm", "g · ⟨ŝ, ĥ⟩, x̂ = x/‖x‖ of W_1 s + b_1, W_2 h + b_2; g learned",
           "Henry et al. 2020 (QKNorm); g starts at log₂(L² − L)",
-          rnn=Form(scores.qk_norm, kinds.qk_norm_g), projected=True, needs_length=True),
+          rnn=Form(scores.qk_norm, kinds.qk_norm_g, kinds.qk_norm_reference), projected=True,
+          needs_length=True, logged_params={"g": "qk_norm_g"}),
     Score("inverse_dim", "⟨W_1 s + b_1, W_2 h + b_2⟩ / a", "Yang et al. 2021 (μP)",
-          rnn=Form(scores.inverse_dim), projected=True),
-    Score("dot", "sᵀh", "Luong et al. 2015", rnn=Form(scores.dot), same_dim=True,
-          fused="dot", function=scores.dot, dot_product=kinds.DOT),
-    Score("scaled_dot", "sᵀh / √d", "Vaswani et al. 2017", rnn=Form(scores.scaled_dot),
+          rnn=Form(scores.inverse_dim, reference=kinds.inverse_dim_reference), projected=True),
+    Score("dot", "sᵀh", "Luong et al. 2015", rnn=Form(scores.dot, reference=kinds.dot_reference),
+          same_dim=True, fused="dot", function=scores.dot, dot_product=kinds.DOT,
+          naive=kinds.dot_naive),
+    Score("scaled_dot", "sᵀh / √d", "Vaswani et al. 2017",
+          rnn=Form(scores.scaled_dot, reference=kinds.scaled_dot_reference),
           same_dim=True, fused="scaled_dot", function=scores.scaled_dot,
-          dot_product=kinds.SCALED_DOT),
+          dot_product=kinds.SCALED_DOT, naive=kinds.scaled_dot_naive),
     Score("general", "sᵀ W h", "Luong et al. 2015",
-          rnn=Form(scores.general, kinds.general_w),
-          mha=Form(kinds.general_per_head, kinds.general_w),
-          function=scores.general, function_params=("w",), dot_product=kinds.GENERAL),
+          rnn=Form(scores.general, kinds.general_w, kinds.general_reference),
+          mha=Form(kinds.general_per_head, kinds.general_w, kinds.general_heads_reference),
+          function=scores.general, function_params=("w",), dot_product=kinds.GENERAL,
+          naive=kinds.general_naive),
     Score("cosine", "β · cos(s, h), β learned", "Graves et al. 2014 (content-based)",
-          rnn=Form(scores.cosine, kinds.cosine_beta),
-          mha=Form(kinds.cosine_per_head, kinds.cosine_beta), same_dim=True,
-          function=scores.cosine, function_options=("beta",), dot_product=kinds.COSINE),
+          rnn=Form(scores.cosine, kinds.cosine_beta, kinds.cosine_reference),
+          mha=Form(kinds.cosine_per_head, kinds.cosine_beta, kinds.cosine_heads_reference),
+          same_dim=True, function=scores.cosine, function_options=("beta",),
+          dot_product=kinds.COSINE, naive=kinds.cosine_naive),
     Score("location", "(W_a s + b_a)[:S]", "Luong et al. 2015",
-          rnn=Form(kinds.location, kinds.location_proj),
-          mha=Form(kinds.location_per_head, kinds.location_heads), needs_length=True),
+          rnn=Form(kinds.location, kinds.location_proj, kinds.location_reference),
+          mha=Form(kinds.location_per_head, kinds.location_heads,
+                   kinds.location_heads_reference), needs_length=True, per_position=True),
 )}
 # The scores above, which `unregister` leaves in place.
 BUILT_IN = frozenset(SCORES)

@@ -11,6 +11,10 @@ A registry entry (`registry.Score`) carries these pieces, so the layers and
   form, `layers.MultiHeadAttention` its `mha` form, with a head axis.
 - `DotProduct`: a pure score written as `scale · q' k'ᵀ`, which the blockwise
   and the fused kernels of `attention` compute.
+- NumPy references (a `Form`'s `reference`, float64, for the tests) and naive
+  float32 einsum forms (a `Score`'s `naive`, for the benchmark), both written
+  from the formulas and independent of `scores.py`, so that what they check
+  is not the code they check it with.
 
 The forms of the built-in scores are defined here; their formulas are the
 pure functions of `scores.py`.
@@ -28,6 +32,7 @@ from typing import Any, Callable, Mapping
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from attention_jax import scores as scores_lib
@@ -80,9 +85,15 @@ class Form:
       layer sets them as its attributes under these names, which are the
       paths of its state (checkpoints are read by them); they are created in
       the order given, which fixes the keys they draw from `rngs.params`.
+    reference: `(q, k, **params) -> [..., Tq, Tk]` in NumPy (float64), the
+      same scores written from the formula, which the tests compare the layer
+      with: q and k as `logits` gets them, every parameter as a NumPy array
+      (a module as the dict of its parameters, e.g. `{'kernel', 'bias'}`).
+      None: the layers' tests fail for the score, naming the field.
   """
   logits: Callable[..., jax.Array]
   make_params: Callable[[Dims, nnx.Rngs], dict[str, Any]] = no_params
+  reference: Callable[..., np.ndarray] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,3 +290,117 @@ def location_per_head(q: jax.Array, k: jax.Array, w_loc: jax.Array,
     raise ValueError(f"score 'location' was built for max_length={w_loc.shape[-1]}, "
                      f"got {src_len} keys.")
   return (jnp.einsum("bhtd,hdl->bhtl", q, w_loc) + b_loc[:, None, :])[..., :src_len]
+
+
+# -- NumPy references of the layers' logits (float64; `Form.reference`) ----------
+
+
+def _t(x: np.ndarray) -> np.ndarray:
+  """The last two axes swapped: `kᵀ` of keys `[..., S, d]`."""
+  return np.swapaxes(x, -1, -2)
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+  return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def dot_reference(q, k):
+  """`q kᵀ`."""
+  return q @ _t(k)
+
+
+def scaled_dot_reference(q, k):
+  """`q kᵀ / √d`."""
+  return q @ _t(k) / np.sqrt(q.shape[-1])
+
+
+def inverse_dim_reference(q, k):
+  """`q kᵀ / d` (μP)."""
+  return q @ _t(k) / q.shape[-1]
+
+
+def qk_norm_reference(q, k, g):
+  """`g · q̂ k̂ᵀ`, one g for every head."""
+  return g * (_unit(q) @ _t(_unit(k)))
+
+
+def additive_reference(q, k, v):
+  """`vᵀ tanh(q + k)` of the RNN layer's projections."""
+  return np.tanh(q[..., :, None, :] + k[..., None, :, :]) @ v
+
+
+def additive_heads_reference(q, k, w_q, w_k, v):
+  """`v_hᵀ tanh(q W_1,h + k W_2,h)` per head h of `[B, H, T, d]` heads."""
+  qp = np.einsum("bhtd,hda->bhta", q, w_q)
+  kp = np.einsum("bhsd,hda->bhsa", k, w_k)
+  return np.einsum("bhtsa,ha->bhts", np.tanh(qp[:, :, :, None] + kp[:, :, None]), v)
+
+
+def general_reference(q, k, w):
+  """`q W kᵀ`."""
+  return q @ w @ _t(k)
+
+
+def general_heads_reference(q, k, w):
+  """`q W_h kᵀ` per head."""
+  return np.einsum("bhtd,hde,bhse->bhts", q, w, k)
+
+
+def cosine_reference(q, k, beta):
+  """`β · cos(q, k)`, one β."""
+  return beta * (_unit(q) @ _t(_unit(k)))
+
+
+def cosine_heads_reference(q, k, beta):
+  """`β_h · cos(q, k)` per head."""
+  return beta[None, :, None, None] * (_unit(q) @ _t(_unit(k)))
+
+
+def location_reference(q, k, location_proj):
+  """`(W_a s + b_a)[:S]`."""
+  return (q @ location_proj["kernel"] + location_proj["bias"])[..., :k.shape[-2]]
+
+
+def location_heads_reference(q, k, w_loc, b_loc):
+  """`(q W_a,h + b_a,h)[:S]` per head."""
+  return (np.einsum("bhtd,hdl->bhtl", q, w_loc) + b_loc[None, :, None, :])[..., :k.shape[-2]]
+
+
+# -- naive float32 forms of the pure functions (`Score.naive`, the benchmark) ----
+
+_HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _f32(x) -> jax.Array:
+  return jnp.asarray(x).astype(jnp.float32)
+
+
+def dot_naive(q, k):
+  """`q kᵀ` by an explicit float32 einsum."""
+  return jnp.einsum("...qd,...kd->...qk", _f32(q), _f32(k), precision=_HIGHEST)
+
+
+def scaled_dot_naive(q, k):
+  """`q kᵀ / √d`."""
+  return dot_naive(q, k) / math.sqrt(jnp.shape(q)[-1])
+
+
+def general_naive(q, k, w):
+  """`q W kᵀ`."""
+  return jnp.einsum("...qd,de,...ke->...qk", _f32(q), _f32(w), _f32(k), precision=_HIGHEST)
+
+
+def cosine_naive(q, k, beta=1.0):
+  """`β · cos(q, k)`, norms clamped at 1e-6."""
+  q, k = _f32(q), _f32(k)
+  qn = q / jnp.maximum(jnp.linalg.norm(q, axis=-1, keepdims=True), 1e-6)
+  kn = k / jnp.maximum(jnp.linalg.norm(k, axis=-1, keepdims=True), 1e-6)
+  return _f32(beta) * dot_naive(qn, kn)
+
+
+def additive_naive(q, k, w_q, w_k, v):
+  """`vᵀ tanh(q W_q + k W_k)` in one `[..., Tq, Tk, a]` block."""
+  qa = jnp.einsum("...qd,da->...qa", _f32(q), _f32(w_q), precision=_HIGHEST)
+  ka = jnp.einsum("...kd,da->...ka", _f32(k), _f32(w_k), precision=_HIGHEST)
+  hidden = jnp.tanh(qa[..., :, None, :] + ka[..., None, :, :])  # [..., Tq, Tk, a]
+  return jnp.einsum("...qka,a->...qk", hidden, _f32(v), precision=_HIGHEST)

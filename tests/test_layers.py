@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import layers
+from attention_jax import layers, registry
 from attention_jax.attention import MaskStructure
 from attention_jax.layers import SCORES, Attention, MultiHeadAttention
 
@@ -36,38 +36,33 @@ def _linear(layer, x):
 # -- Attention (single head, RNN decoders) -------------------------------------
 
 
+def _np_score_params(layer):
+  """The layer's own score parameters as NumPy float64, by name (a module, e.g.
+  `location_proj`, as the dict of its parameters)."""
+  out = {}
+  for name in layer.score_params:
+    p = getattr(layer, name)
+    out[name] = (_np(p[...]) if isinstance(p, nnx.Variable)
+                 else jax.tree.map(_np, nnx.to_pure_dict(nnx.state(p))))
+  return out
+
+
+def _reference_of(form, score):
+  assert form.reference is not None, f"score {score!r}: its Form has no NumPy `reference`"
+  return form.reference
+
+
 def _rnn_reference(attn, query, keys):
-  """NumPy scores [B, Tq, S] from the layer's parameters."""
-  s, q, k = attn.score, _np(query), _np(keys)
-  if s == "additive":
-    qp, kp = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
-    return np.tanh(qp[:, :, None, :] + kp[:, None, :, :]) @ _np(attn.v[...])
-  if s in ("multiplicative", "scaled_multiplicative", "inverse_dim"):
-    qp, kp = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
-    e = qp @ kp.transpose(0, 2, 1)
-    a = qp.shape[-1]
-    return {"multiplicative": e, "scaled_multiplicative": e / np.sqrt(a),
-            "inverse_dim": e / a}[s]
-  if s == "qk_norm":  # Henry et al. 2020: g · q̂ᵀk̂ of the projections
-    qp, kp = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
-    qn = qp / np.linalg.norm(qp, axis=-1, keepdims=True)
-    kn = kp / np.linalg.norm(kp, axis=-1, keepdims=True)
-    return float(attn.g[...]) * qn @ kn.transpose(0, 2, 1)
-  if s == "dot":
-    return q @ k.transpose(0, 2, 1)
-  if s == "scaled_dot":
-    return q @ k.transpose(0, 2, 1) / np.sqrt(q.shape[-1])
-  if s == "general":
-    return q @ _np(attn.w[...]) @ k.transpose(0, 2, 1)
-  if s == "cosine":
-    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
-    kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
-    return float(attn.beta[...]) * qn @ kn.transpose(0, 2, 1)
-  return _linear(attn.location_proj, q)[..., :k.shape[1]]  # location
+  """NumPy scores [B, Tq, S]: the entry's `rnn.reference` of the NumPy
+  projections (projected scores) or the states, with the layer's parameters."""
+  q, k = _np(query), _np(keys)
+  if attn.spec.projected:
+    q, k = _linear(attn.query_proj, q), _linear(attn.key_proj, k)
+  return _reference_of(attn.spec.rnn, attn.score)(q, k, **_np_score_params(attn))
 
 
 def _rnn_layer(score, seed=0):
-  key_dim = 6 if score in ("dot", "scaled_dot", "cosine") else 10
+  key_dim = 6 if registry.get(score).same_dim else 10
   return Attention(6, key_dim, score=score, attention_dim=5, max_source_length=9,
                    rngs=nnx.Rngs(seed)), key_dim
 
@@ -129,36 +124,13 @@ def _heads(x, h):  # [B, T, H·d] -> [B, H, T, d]
 
 
 def _mha_reference(mha, xq, xkv, mask):
-  """NumPy multi-head attention: (out [B, T, D], scores, weights [B, H, T, S])."""
+  """NumPy multi-head attention: (out [B, T, D], scores, weights [B, H, T, S]),
+  the scores the entry's `mha.reference` of the NumPy head projections."""
   h, s = mha.num_heads, mha.score
   q = _heads(_linear(mha.query, xq), h)
   k = _heads(_linear(mha.key, xkv), h)
   v = _heads(_linear(mha.value, xkv), h)
-  kt = k.transpose(0, 1, 3, 2)
-  if s in ("dot", "multiplicative"):
-    e = q @ kt
-  elif s in ("scaled_dot", "scaled_multiplicative"):
-    e = q @ kt / np.sqrt(q.shape[-1])
-  elif s == "inverse_dim":  # μP: 1/d instead of 1/√d
-    e = q @ kt / q.shape[-1]
-  elif s == "qk_norm":  # one g for all heads of the layer
-    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
-    kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
-    e = float(mha.g[...]) * (qn @ kn.transpose(0, 1, 3, 2))
-  elif s == "general":
-    e = np.einsum("bhtd,hde,bhse->bhts", q, _np(mha.w[...]), k)
-  elif s == "additive":
-    qp = np.einsum("bhtd,hda->bhta", q, _np(mha.w_q[...]))
-    kp = np.einsum("bhsd,hda->bhsa", k, _np(mha.w_k[...]))
-    e = np.einsum("bhtsa,ha->bhts", np.tanh(qp[:, :, :, None] + kp[:, :, None]),
-                  _np(mha.v[...]))
-  elif s == "cosine":
-    qn = q / np.linalg.norm(q, axis=-1, keepdims=True)
-    kn = k / np.linalg.norm(k, axis=-1, keepdims=True)
-    e = _np(mha.beta[...])[None, :, None, None] * (qn @ kn.transpose(0, 1, 3, 2))
-  else:  # location
-    e = (np.einsum("bhtd,hdl->bhtl", q, _np(mha.w_loc[...]))
-         + _np(mha.b_loc[...])[None, :, None, :])[..., :k.shape[2]]
+  e = _reference_of(mha.spec.mha, s)(q, k, **_np_score_params(mha))
   w = _softmax_masked(e, np.asarray(mask))
   ctx = (w @ v).transpose(0, 2, 1, 3).reshape(xq.shape[0], xq.shape[1], -1)
   return _linear(mha.out, ctx), e, w

@@ -9,6 +9,7 @@ import pytest
 from flax import nnx
 
 from attention_jax import layers, registry, scores
+from attention_jax import score_kinds as kinds
 from attention_jax.attention import select_implementation
 from attention_jax.training import config
 
@@ -25,21 +26,24 @@ def test_derived_lists_follow_the_registry():
       assert param in inspect.signature(spec.function).parameters, (spec.name, param)
 
 
-# The score's own parameters (beyond the projections) in each layer: their
-# names are the paths of the layers' state, which checkpoints are read by.
-RNN_PARAMS = {"additive": {"v": (5,)}, "qk_norm": {"g": ()}, "general": {"w": (6, 6)},
-              "cosine": {"beta": ()},
-              "location": {"location_proj": {"kernel": (6, 9), "bias": (9,)}}}
-MHA_PARAMS = {"additive": {"w_q": (2, 4, 4), "w_k": (2, 4, 4), "v": (2, 4)},
-              "qk_norm": {"g": ()}, "general": {"w": (2, 4, 4)}, "cosine": {"beta": (2,)},
-              "location": {"w_loc": (2, 4, 9), "b_loc": (2, 9)}}
-
-
 def _shapes(module, names):
   state = nnx.to_pure_dict(nnx.state(module))
   return {n: jax.tree.map(lambda x: tuple(x.shape), state[n]) for n in names}
 
 
+def _made_shapes(form, dims):
+  """Shapes of what `form.make_params` makes for `dims` (a module: the shapes
+  of its parameters), by name."""
+  shapes = {}
+  for name, p in form.make_params(dims, nnx.Rngs(0)).items():
+    tree = p[...] if isinstance(p, nnx.Variable) else nnx.to_pure_dict(nnx.state(p))
+    shapes[name] = jax.tree.map(lambda x: tuple(x.shape), tree)
+  return shapes
+
+
+# The score's own parameters (beyond the projections) in each layer are what
+# its form makes for the layer's sizes, under the names it gives them: those
+# are the paths of the layers' state, which checkpoints are read by.
 @pytest.mark.parametrize("name", registry.LAYER_SCORES)
 def test_each_layer_has_exactly_the_parameters_of_its_form(name):
   spec = registry.SCORES[name]
@@ -47,12 +51,34 @@ def test_each_layer_has_exactly_the_parameters_of_its_form(name):
                            rngs=nnx.Rngs(0))
   own = set(nnx.state(layer)) - {"query_proj", "key_proj"}
   assert hasattr(layer, "query_proj") == hasattr(layer, "key_proj") == spec.projected
-  assert set(layer.score_params) == own == set(RNN_PARAMS.get(name, {}))
-  assert _shapes(layer, own) == RNN_PARAMS.get(name, {})
+  want = _made_shapes(spec.rnn, kinds.Dims(6, 6, 5, 9))
+  assert set(layer.score_params) == own == set(want)
+  assert _shapes(layer, own) == want
   mha = layers.MultiHeadAttention(2, 8, score=name, max_length=9, rngs=nnx.Rngs(0))
   own = set(nnx.state(mha)) - {"query", "key", "value", "out"}
-  assert set(mha.score_params) == own == set(MHA_PARAMS.get(name, {}))
-  assert _shapes(mha, own) == MHA_PARAMS.get(name, {})
+  want = _made_shapes(spec.mha, kinds.Dims(4, 4, 4, 9, heads=2))
+  assert set(mha.score_params) == own == set(want)
+  assert _shapes(mha, own) == want
+  if spec.needs_length:  # a parameter's shape or initial value follows the length
+    longer = _made_shapes(spec.rnn, kinds.Dims(6, 6, 5, 17))
+    assert longer != want or any(
+        not np.array_equal(a[...], b[...]) for a, b in zip(
+            jax.tree.leaves(spec.rnn.make_params(kinds.Dims(6, 6, 5, 9), nnx.Rngs(0))),
+            jax.tree.leaves(spec.rnn.make_params(kinds.Dims(6, 6, 5, 17), nnx.Rngs(0)))))
+
+
+def test_every_entry_carries_its_references_and_what_it_logs():
+  """What the tests, the benchmark and the diagnostics read of an entry is there:
+  a NumPy reference of both forms, a naive form for every pure function, and
+  every logged parameter one that its forms make."""
+  for name, spec in registry.SCORES.items():
+    assert spec.rnn.reference is not None and spec.mha.reference is not None, name
+    assert (spec.naive is not None) == (spec.function is not None), name
+    made = set(spec.rnn.make_params(kinds.Dims(6, 6, 5, 9), nnx.Rngs(0))) | set(
+        spec.mha.make_params(kinds.Dims(4, 4, 4, 9, heads=2), nnx.Rngs(0)))
+    assert set(spec.logged_params) <= made, name
+  assert dict(registry.SCORES["qk_norm"].logged_params) == {"g": "qk_norm_g"}
+  assert [n for n, s in registry.SCORES.items() if s.per_position] == ["location"]
 
 
 @pytest.mark.parametrize("name", registry.LAYER_SCORES)

@@ -18,7 +18,8 @@ For a batch of cross-attention logits and weights these return:
                    so for every statistic here (`per_layer_stats`)
   grad_norm        L2 norm of d loss / d logits over the whole batch (filled in
                    by the trainer, which owns the loss)
-and, from a `qk_norm` model's parameters (`qk_norm_gains`):
+and, from the model's parameters, the learned parameters its score's
+registry entry names in `logged_params` (`logged_params`), e.g. for `qk_norm`:
   qk_norm_g        the learned scale g of QKNorm, which bounds the logits
                    (|g · cos| <= |g|); the Transformer's are per layer and kind,
                    `qk_norm_g_<encoder_self|decoder_self|cross>_l<i>`
@@ -29,6 +30,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from attention_jax import registry
 from attention_jax.models import common
 from attention_jax.models.transformer import ATTENTION_KINDS
 
@@ -121,23 +123,41 @@ def query_valid_like(scores_ndim: int, target_valid: jax.Array) -> jax.Array:
                    "expected [B, T, S] or [L, B, H, T, S].")
 
 
-def qk_norm_gains(params) -> dict[str, jax.Array]:
-  """The learned QKNorm scales of one model's parameters (an `nnx.State` or
-  nested dict): `qk_norm_g` for the RNN's single attention, and
-  `qk_norm_g_<kind>_l<i>` for each Transformer layer; empty without any."""
+def logged_params(params, logged) -> dict[str, jax.Array]:
+  """The learned score parameters a registry entry asks to log
+  (`registry.Score.logged_params`, `{parameter name: metric name}`) found in
+  one model's parameters (an `nnx.State` or nested dict): `<metric>` for the
+  RNN's single attention, `<metric>_<kind>_l<i>` for each Transformer
+  attention module (named like the per-layer max logits), and
+  `<metric>_<path>` for one elsewhere, each followed by `_<j>` per value of a
+  parameter with several (e.g. per head); empty without any."""
   out = {}
   for path, value in jax.tree_util.tree_leaves_with_path(params):
     names = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", None))) for k in path]
     if names and names[-1] == "value":  # an nnx.Param's array
       names = names[:-1]
-    if not names or names[-1] != "g":
+    if not names or names[-1] not in logged:
       continue
-    where = names[:-1]
+    metric, where = logged[names[-1]], names[:-1]
     kind = ATTENTION_KINDS.get((where[0], where[2])) if len(where) == 3 else None
     if kind is not None:
-      out[layer_metric("qk_norm_g", kind, where[1])] = value
-    elif where == ["attention"]:
-      out["qk_norm_g"] = value
-    else:
-      out["qk_norm_g_" + "_".join(map(str, where))] = value
+      metric = layer_metric(metric, kind, where[1])
+    elif where != ["attention"]:
+      metric = metric + "_" + "_".join(map(str, where))
+    out.update(_one_metric_per_value(metric, value))
   return out
+
+
+def _one_metric_per_value(metric: str, value: jax.Array) -> dict[str, jax.Array]:
+  """`{metric: value}` for a scalar; a parameter of several values (e.g. one
+  per head) as `<metric>_<i>` per value in row-major order, since every
+  metric of the log is one number per seed."""
+  if jnp.ndim(value) == 0:
+    return {metric: value}
+  return {f"{metric}_{i}": v for i, v in enumerate(jnp.ravel(value))}
+
+
+def qk_norm_gains(params) -> dict[str, jax.Array]:
+  """`logged_params` of the `qk_norm` entry: its learned scales g, as
+  `qk_norm_g` (RNN) and `qk_norm_g_<kind>_l<i>` (Transformer)."""
+  return logged_params(params, registry.get("qk_norm").logged_params)

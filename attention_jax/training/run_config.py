@@ -59,17 +59,18 @@ class RnnConfig:
   trained_length: int
 
   def build(self, arm: Arm, data) -> tuple[type, models.Seq2SeqConfig]:
-    """(model class, model config) for `arm` on `data`'s vocabulary. The
-    `location` score has one output per source position, so it is built for
-    the widest batch of `data` (`batch_width`): evaluation is not
+    """(model class, model config) for `arm` on `data`'s vocabulary. A score
+    with one parameter per source position (`per_position`, e.g. `location`)
+    is built for the widest batch of `data` (`batch_width`): evaluation is not
     length-filtered, and sized by the training limit it failed at the first
     validation."""
     attention = dict(decoder=arm.decoder)
     if arm.has_attention:
       attention.update(score=arm.score, attention_dim=arm.attention_dim)
-      if arm.score == "location":
+      spec = registry.get(arm.score)
+      if spec.per_position:
         attention["max_source_length"] = batch_width(data)
-      elif registry.SCORES[arm.score].needs_length:
+      elif spec.needs_length:
         attention["max_source_length"] = self.trained_length
     return models.Seq2Seq, models.Seq2SeqConfig(
         embed_dim=self.embed_dim, hidden_dim=self.hidden_dim,

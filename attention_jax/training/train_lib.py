@@ -31,6 +31,7 @@ from jax.sharding import Mesh
 import numpy as np
 
 from attention_jax import models
+from attention_jax import registry
 from attention_jax.training import actions as actions_lib
 from attention_jax.training import board as board_lib
 from attention_jax.training import checkpoints
@@ -219,6 +220,7 @@ class EnsembleTrainer:
 
     # The Transformer also reports every statistic per layer and kind.
     per_layer = dict(return_attention=True) if self.run_config.model.name == "transformer" else {}
+    logged = registry.get(self.arm.score).logged_params if self.arm.has_attention else {}
 
     def member(params, rest, src, tgt_in, tgt_out):
       model_out = lambda off: self._apply(params, rest, src, tgt_in, deterministic=True,
@@ -242,8 +244,8 @@ class EnsembleTrainer:
       stats["grad_norm"] = jnp.sqrt(jnp.sum(jnp.square(grad)))
       if "attention" in aux:
         stats.update(diagnostics.per_layer_stats(aux["attention"], tgt_out != pad))
-      if self.arm.score == "qk_norm":  # its logits are bounded by the learned g
-        stats.update(diagnostics.qk_norm_gains(params))
+      if logged:  # the learned parameters the score's registry entry names
+        stats.update(diagnostics.logged_params(params, logged))
       return stats
 
     return jax.jit(members_lib.over_members(member, (0, 0, None, None, None)))
