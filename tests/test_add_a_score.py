@@ -1,9 +1,9 @@
 """The README's "To add a score", followed literally: a score defined and
 registered in this module alone -- a scaled dot product times a learned
-positive temperature per head -- trains in both model families, is in the
-benchmark's naive-vs-library comparison against its own reference, is checked
-by the layers' NumPy reference test, and has its learned parameter logged in
-the diagnostics. No other file names it, and it is removed after each test."""
+positive temperature per head -- matches its NumPy reference in both layers,
+is in the benchmark's naive-vs-library comparison against its own naive form,
+trains in both model families and has its learned parameter logged in the
+diagnostics. No other file names it, and it is removed after each test."""
 
 import math
 
