@@ -561,10 +561,7 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
       f.write(traced_hlo)
     for i, batch in enumerate(batches):  # warm-up of the traced program
       params, opt_state, loss = traced(*args(i, batch))
-      # each step waited for, as in the timed passes: dispatched all at once,
-      # every step's buffers were held together (the Transformer at d_k 1024
-      # with 2 seeds then went from 2 GB to past 7.7 GB, and was OOM-killed)
-      np.asarray(loss)
+      np.asarray(loss)  # each step waited for, as in the timed passes
     traced_times = []
     with jax.profiler.trace(folder):
       for i, batch in enumerate(batches):
