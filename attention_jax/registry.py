@@ -101,7 +101,11 @@ class Score:
   dot_product: kinds.DotProduct | None = None
   per_position: bool = False
   naive: Callable[..., Any] | None = None
-  logged_params: Mapping[str, str] = dataclasses.field(default_factory=dict)
+  # Left out of the entry's hash and equality: a dict cannot be hashed, and a
+  # layer keeps its entry as static graph data, which JAX hashes when it
+  # compiles (`nnx.jit`'s GraphDef; experiments/init_logits.py failed so).
+  logged_params: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False,
+                                                       compare=False)
 
   def __post_init__(self):
     if self.mha is None:

@@ -133,3 +133,12 @@ def test_an_arm_is_resolved_once_into_decoder_and_score(name, decoder, score):
   sweep = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8, 32)).sweep()
   assert [(a.name, a.attention_dim) for a in sweep] == [
       ("additive", 8), ("additive", 32), ("multiplicative", 8), ("multiplicative", 32)]
+
+
+def test_every_entry_hashes_as_the_static_graph_data_it_is():
+  """Layers keep their score's entry as static data, which JAX hashes when
+  it compiles a model's GraphDef: a dict field made it unhashable and broke
+  `nnx.jit` of whole models (experiments/init_logits.py)."""
+  for name in registry.SCORES:
+    entry = registry.get(name)
+    assert hash(entry) == hash(registry.get(name)), name

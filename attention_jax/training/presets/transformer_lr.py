@@ -12,9 +12,9 @@ every learning rate, d_k 16 to 1024 in powers of 4, seven learning rates from
 steps; the `transformer` preset's model and recipe otherwise (d_model 128, 2
 heads, 2 + 2 layers, Adam beta_2 0.98, 400 warm-up steps, label smoothing and
 dropout 0.1). 2 layer norms x 7 learning rates x 4 scores x 4 d_k = 224 runs
-of 3 vmapped seeds. The analysis (`attention_jax.analysis.threshold`) reads the
-CPU preset's two grids today; this grid's plan (four scores at every rate, two
-layer norms) is still to be passed to it.
+of 3 vmapped seeds. The threshold analysis (`experiments.threshold_report`) reads
+the CPU preset's two grids today; this grid's plan (four scores at every rate,
+two layer norms) is still to be passed to it.
 
 Time: not yet predicted for an accelerator (the compile check has not been
 run on this preset); on the 2-core CPU machine it is out of reach (the CPU
