@@ -145,6 +145,7 @@ def test_smoke_preset_end_to_end(tmp_path):
   assert open(os.path.join(workdir, "results.jsonl")).read() == before
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_resume_after_kill_matches_uninterrupted(tmp_path):
   flags = ["--preset=smoke", "--arm=additive", "--dim=8", "--steps=80",
            "--checkpoint_every=20", "--eval_every=40"]
@@ -210,6 +211,7 @@ def _stop_line(out, signum):
   return int(lines[0].split("at step ")[1].split(";")[0])
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_ctrl_c_saves_a_checkpoint_after_the_step_and_exits_130_without_a_traceback(
     tmp_path):
   workdir = tmp_path / "w"
@@ -401,6 +403,7 @@ def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_pat
              for r in _rows(parallel))
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_transformer_smoke_preset_end_to_end(tmp_path):
   # The `transformer_smoke` preset (the `transformer` preset's recipe: Adam
   # beta_2 0.98, warm-up, label smoothing, post-LN, scaled_dot baseline) on the

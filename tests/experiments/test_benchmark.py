@@ -273,6 +273,7 @@ def test_bad_flags_fail_with_one_line(tmp_path, flag, needle):
   assert not os.path.exists(tmp_path / "w" / "benchmark.jsonl")
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
   """benchmark.jsonl only grows; every row names its run (measured again with
   --noresume: resuming is tests/experiments/test_benchmark_resume.py)."""

@@ -289,6 +289,7 @@ def test_overfits_reverse_task(score):
   assert accuracy >= 0.99, (score, accuracy, steps, seconds)
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 @pytest.mark.parametrize("score", ["additive", "multiplicative"])
 def test_flattened_projections_give_the_layers_own_loss_and_gradients(score, monkeypatch):
   """The output layer and the attention projections run as 2-D products

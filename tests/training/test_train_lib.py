@@ -38,6 +38,7 @@ def _train(cfg, seeds, steps=3):
   return trainer, np.stack(losses)
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_vmapped_seeds_equal_separate_runs():
   cfg = _cfg(dropout=0.1)  # dropout on: each member must draw its own stream
   joint, joint_losses = _train(cfg, (0, 1))
@@ -103,6 +104,7 @@ def test_perplexity_is_exp_of_token_nll_over_the_whole_split():
   assert 0.5 * trainer.tok.vocab_size < ppl.min() and ppl.max() < 2 * trainer.tok.vocab_size
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 @pytest.mark.parametrize("poison", ["nan_params", "huge_loss"])
 def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poison):
   """Issue 12: one member's NaN parameters (what lr=nan did after one step) or an
@@ -147,6 +149,7 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
                                 result.translations)["delta"] is None
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_a_run_resumed_from_its_checkpoint_gives_the_uninterrupted_runs_numbers(tmp_path):
   """A run paused by its deadline right after the checkpoint of step 2, then
   resumed, logs the same metrics byte for byte and ends in the same rows as
@@ -192,6 +195,7 @@ def test_decoder_input_shifts_right_and_keeps_filler_rows_empty():
   np.testing.assert_array_equal(out, [[2, 7, 8, 1], [0, 0, 0, 0]])
 
 
+@pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
 def test_data_parallel_on_four_cpu_devices_matches_one_device():
   script = textwrap.dedent("""
       import jax, numpy as np
