@@ -11,8 +11,6 @@ cleanly between two cases (`OutOfTime`), the rows so far on disk.
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from typing import Any, Callable, Iterable
 
@@ -29,23 +27,6 @@ class OutOfTime(Exception):
 def row_key(row: dict[str, Any]) -> tuple:
   """The measurement a row (or a case's fields with `impl` and the machine) names."""
   return tuple(row.get(field) for field in KEY_FIELDS)
-
-
-def read_rows(path: str) -> list[dict[str, Any]]:
-  """The complete rows of a benchmark.jsonl (none if it does not exist); a line
-  cut by a kill or a full disk is skipped."""
-  if not os.path.exists(path):
-    return []
-  rows = []
-  with open(path, encoding="utf-8") as f:
-    for line in f:
-      try:
-        row = json.loads(line)
-      except json.JSONDecodeError:
-        continue
-      if isinstance(row, dict):
-        rows.append(row)
-  return rows
 
 
 class Progress:
