@@ -23,6 +23,7 @@ import numpy as np
 
 import attention_jax as aj
 from attention_jax import benchmarking as bm
+from attention_jax import pallas_additive
 from attention_jax import scores as scores_lib
 from experiments.benchmarks import resume
 from experiments.benchmarks import timing
@@ -30,14 +31,26 @@ from experiments.benchmarks.settings import Settings
 
 HEAD_DIM = 64  # d of the queries, keys and values
 SCORE_FNS = {"additive_chunked": scores_lib.additive, "additive_naive": scores_lib.additive_naive}
+# The fused Pallas kernels (`attention_jax/pallas_additive.py`) give the context
+# directly. Timed on an accelerator only: on a CPU they run in Pallas's
+# interpret mode, a test path whose speed means nothing.
+PALLAS_IMPL = "additive_pallas"
+
+
+def impls_for(backend: str) -> tuple[str, ...]:
+  """The implementations the suite compiles and times on `backend`."""
+  return tuple(SCORE_FNS) + ((PALLAS_IMPL,) if backend in ("gpu", "tpu") else ())
 _ARGNUMS = (0, 1, 2, 3, 4, 5)  # gradients w.r.t. q, k, values, w_q, w_k, v_att
 
 
 def _loss(score_fn: Callable | None) -> Callable:
-  """sum(attention context · cot) with `score_fn` scores, or the naive reference (None)."""
+  """sum(attention context · cot) with `score_fn` scores, the Pallas kernels
+  (`PALLAS_IMPL`) or the naive reference (None)."""
 
   def loss(q, k, values, w_q, w_k, v_att, cot):
-    if score_fn is None:
+    if score_fn == PALLAS_IMPL:
+      context = pallas_additive.additive_attention(q, k, values, w_q, w_k, v_att)
+    elif score_fn is None:
       context = bm.naive_attention(q, k, values, score="additive",
                                    params={"w_q": w_q, "w_k": w_k, "v": v_att})
     else:
@@ -67,7 +80,7 @@ def run(settings: Settings, write: Callable[[dict], None],
   for t in sorted(settings.additive_seq_lens):
     case = {"suite": "additive", "mode": "fwd_bwd", "dtype": "float32", "batch": b,
             "seq_len": t, "attention_dim": a, "head_dim": d}
-    impls = progress.pending(case, SCORE_FNS)
+    impls = progress.pending(case, impls_for(jax.default_backend()))
     if not impls:
       continue
     q, k, values, cot = (jax.random.normal(key, (b, t, d)) for key in keys[3:7])  # [B, T, d]
@@ -79,7 +92,7 @@ def run(settings: Settings, write: Callable[[dict], None],
       reference = jax.tree.map(np.asarray, reference)
     ready = {}  # impl -> (row, call, first call seconds); timed interleaved below
     for impl in impls:
-      score_fn = SCORE_FNS[impl]
+      score_fn = SCORE_FNS.get(impl, impl)
       row = {**case, "impl": impl}
       compiled, compile_s = bm.compile_fn(jax.grad(_loss(score_fn), argnums=_ARGNUMS), *args)
       memory = bm.memory_stats(compiled)

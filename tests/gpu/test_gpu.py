@@ -147,3 +147,40 @@ def test_vmapped_ensemble_equals_separate_runs_on_gpu():
   np.testing.assert_allclose(joint_losses[:, 1], losses[:, 0], rtol=1e-5, atol=1e-6)
   for a, b in zip(jax.tree.leaves(joint.params), jax.tree.leaves(alone.params)):
     np.testing.assert_allclose(np.asarray(a)[1], np.asarray(b)[0], rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("masked", [False, True], ids=["unmasked", "masked"])
+def test_pallas_additive_kernels_compiled_for_the_gpu_equal_the_plain_form(masked):
+  # The kernels as the GPU runs them (Triton, not interpret mode), at sizes
+  # that are no multiple of the default blocks (T 300, a 200, dv 48 padded to
+  # 64), with a causal mask and a sentence without keys when masked.
+  from attention_jax import pallas_additive as pa  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(3)
+  b, t, d, a, dv = 2, 300, 64, 200, 48
+  shapes = [(b, t, d), (b, t, d), (b, t, dv), (d, a), (d, a), (a,)]
+  scales = [1.0, 1.0, 1.0, d ** -0.5, d ** -0.5, a ** -0.5]
+  args = [jnp.asarray(s * rng.standard_normal(shape), jnp.float32)
+          for shape, s in zip(shapes, scales)]
+  cot = jnp.asarray(rng.standard_normal((b, t, dv)), jnp.float32)
+  kw = dict(causal=True, key_lengths=jnp.array([t, 0])) if masked else {}
+
+  def run(implementation):
+    def loss(q, k, values, w_q, w_k, v):
+      out = aj.attention(q, k, values, score="additive", params=dict(w_q=w_q, w_k=w_k, v=v),
+                         implementation=implementation, **kw)
+      return jnp.sum(out * cot), out
+    with jax.default_matmul_precision("highest"):
+      (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=tuple(range(6)),
+                                                   has_aux=True))(*args)
+    return out, grads
+
+  assert pa.default_blocks("gpu") is not None
+  out, grads = run("pallas")
+  ref_out, ref_grads = run("plain")
+  np.testing.assert_allclose(out, ref_out, atol=1e-4, rtol=1e-4)
+  for name, g, w in zip(("query", "keys", "values", "w_q", "w_k", "v"), grads, ref_grads):
+    scale = float(jnp.max(jnp.abs(w))) + 1e-6
+    np.testing.assert_allclose(np.asarray(g) / scale, np.asarray(w) / scale, atol=1e-4,
+                               err_msg=name)
+  if masked:
+    assert np.all(np.asarray(out[1]) == 0)  # the sentence without keys: zero context
