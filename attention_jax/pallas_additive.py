@@ -557,6 +557,12 @@ def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: j
     raise TypeError(f"`blocks` must be a Blocks, got {type(blocks).__name__}.")
   step = math.lcm(blocks.rows, blocks.cols)
   tq, tk, a_pad = _round_up(tq0, step), _round_up(tk0, step), _round_up(a, blocks.chunk)
+  if platform == "gpu" and not interpret:
+    # Triton's tensors have power-of-two sizes, the chunk axis of a block too
+    # (a = 200 in chunks of 32 failed to lower on an H200): padded features
+    # have v = 0 and add nothing to the scores.
+    chunks = a_pad // blocks.chunk
+    a_pad = blocks.chunk * (1 << (chunks - 1).bit_length())
   # Triton's tensors have power-of-two sizes: the values' width is padded to one.
   dv = max(16, 1 << (dv0 - 1).bit_length()) if platform == "gpu" and not interpret else dv0
   if platform == "tpu" and not interpret:

@@ -821,26 +821,29 @@ ADDITIVE_SHAPE = dict(batch=32, attention_dim=1024, head_dim=64)
 
 
 def additive_cases(seq_lens: Sequence[int],
-                   impls: Sequence[str] = ("chunked", "naive")) -> list[Case]:
-  """Forward+backward of additive attention at a = 1024: the library's
-  chunked `scores.additive`, XLA's naive `scores.additive_naive` and the
-  Pallas kernels (`pallas_additive`), those of `impls`."""
+                   impls: Sequence[str] = ("chunked", "naive"),
+                   attention_dim: int | None = None) -> list[Case]:
+  """Forward+backward of additive attention at a = 1024 (or `attention_dim`):
+  the library's chunked `scores.additive`, XLA's naive `scores.additive_naive`
+  and the Pallas kernels (`pallas_additive`), those of `impls`."""
+  a = attention_dim or ADDITIVE_SHAPE["attention_dim"]
   cases = []
   for t in seq_lens:
     for impl in (f"additive_{name}" for name in impls):
-      shapes = dict(impl=impl, seq_len=t, dtype="float32", **ADDITIVE_SHAPE)
+      shapes = dict(impl=impl, seq_len=t, dtype="float32", **{**ADDITIVE_SHAPE,
+                                                              "attention_dim": a})
       cases.append(Case("additive", f"{impl} T={t}", shapes,
-                        functools.partial(_additive_program, impl, t)))
+                        functools.partial(_additive_program, impl, t, a)))
   return cases
 
 
-def _additive_program(impl, t):
+def _additive_program(impl, t, a):
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
   import attention_jax as aj  # pylint: disable=g-import-not-at-top
   from attention_jax import scores  # pylint: disable=g-import-not-at-top
   score = scores.additive if impl == "additive_chunked" else scores.additive_naive
-  b, a, d = ADDITIVE_SHAPE["batch"], ADDITIVE_SHAPE["attention_dim"], ADDITIVE_SHAPE["head_dim"]
+  b, d = ADDITIVE_SHAPE["batch"], ADDITIVE_SHAPE["head_dim"]
 
   def loss(q, k, values, w_q, w_k, v_att, cot):
     if impl == "additive_pallas":

@@ -461,3 +461,27 @@ def test_pallas_kernel_cost_and_the_three_form_table():
   assert options.additive_impls == ("pallas", "naive")
   with pytest.raises(ValueError, match="`--additive_impls`"):
     cc.parse_options("h100", "additive", "/tmp/x", "512", "1024", "pallas,flash")
+
+
+@pytest.mark.aot
+@pytest.mark.skipif(not os.path.exists(AOT_PYTHON),
+                    reason="no .venv-aot (bash scripts/aot_env.sh builds it)")
+def test_pallas_additive_compiles_for_the_h100_at_sizes_off_the_blocks():
+  # Triton's block shapes must be powers of two: a = 200 (7 chunks of 32) and
+  # T = 300 failed to lower on an H200 before the chunk axis was padded.
+  script = textwrap.dedent("""\
+      import json, os, sys
+      for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
+          os.environ.setdefault(key, value)
+      from experiments import compile_check as cc
+      target = cc.TARGETS["h100"]
+      device = cc.target_device(target)
+      (case,) = cc.additive_cases((300,), ("pallas",), attention_dim=200)
+      print(json.dumps(cc.compile_case(case, target, device)))
+      """)
+  proc = subprocess.run([AOT_PYTHON, "-c", script], cwd=ROOT, capture_output=True, text=True,
+                        timeout=900)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  row = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert row["status"] == "compiled", row.get("error")
+  assert row["shapes"]["attention_dim"] == 200 and row["shapes"]["seq_len"] == 300
