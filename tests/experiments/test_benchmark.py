@@ -314,3 +314,77 @@ def test_a_new_run_keeps_earlier_rows_and_a_killed_one_loses_nothing(tmp_path):
   assert lines[5] == '{"suite": "kernels", "impl": "cut'
   rows = [json.loads(line) for line in lines[:5] + lines[6:]]
   assert rows[:5] == after and len(rows) == 9 and len({r["run"] for r in rows[5:]}) == 1
+
+
+def _additive_rows(monkeypatch, fail_naive_compile=False, **overrides):
+  """Rows of the additive suite at toy size (in this process); with
+  `fail_naive_compile`, compiling a loss named "naive" fails (as XLA:GPU's
+  compilation of the naive form does at T >= 1024)."""
+  from experiments.benchmarks import additive  # pylint: disable=import-outside-toplevel
+  if fail_naive_compile:
+    compile_fn = bm.compile_fn
+
+    def failing(fn, *args):
+      if getattr(fn, "__name__", "") == "naive":  # jax.grad keeps the loss's name
+        raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+      return compile_fn(fn, *args)
+    monkeypatch.setattr(bm, "compile_fn", failing)
+  settings = dataclasses.replace(settings_lib.PRESETS["tiny"], additive_seq_lens=(8,),
+                                 additive_time_max_len=8, repeats=3, warmup=1, **overrides)
+  rows = []
+  additive.run(settings, rows.append)
+  return {r["impl"]: r for r in rows}
+
+
+def test_additive_suite_verifies_against_the_naive_form_where_it_fits(monkeypatch):
+  rows = _additive_rows(monkeypatch)
+  assert {r["status"] for r in rows.values()} == {"ok"}
+  assert {r["reference"] for r in rows.values()} == {"naive"}
+
+
+def test_additive_suite_falls_back_to_the_chunked_reference_and_names_a_failed_compile(
+    monkeypatch):
+  from experiments.benchmarks import additive  # pylint: disable=import-outside-toplevel
+  real_loss = additive._loss  # pylint: disable=protected-access
+
+  def loss(score_fn):
+    fn = real_loss(score_fn)
+    if score_fn is None or score_fn is additive.SCORE_FNS["additive_naive"]:
+      fn.__name__ = "naive"
+    return fn
+  monkeypatch.setattr(additive, "_loss", loss)
+  rows = _additive_rows(monkeypatch, fail_naive_compile=True)
+  assert rows["additive_chunked"]["status"] == "ok"
+  assert rows["additive_chunked"]["reference"] == "additive_chunked"
+  assert rows["additive_chunked"]["max_abs_err"] == 0.0
+  assert rows["additive_naive"]["status"] == "skipped"
+  assert "compile failed" in rows["additive_naive"]["reason"]
+
+
+def test_kernel_reference_that_fails_to_compile_is_tried_at_one_batch_element_and_head(
+    monkeypatch):
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+
+  case = kernel_impls.Case(mode="fwd", dtype="float32", batch=2, heads=2, seq_len=16,
+                           head_dim=8, causal=False)
+  params = kernel_impls.score_params(case.head_dim, jnp.float32, seed=0)
+  inputs = kernel_impls.inputs(case, seed=0)  # q, k, v, cot
+  compile_fn, calls = bm.compile_fn, []
+
+  def fails_at_full_size(fn, *args):
+    calls.append(args[0].shape)
+    if args[0].shape[:2] == (2, 2):  # as XLA:GPU's autotuner did at T = 16384 on an H200
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate")
+    return compile_fn(fn, *args)
+  monkeypatch.setattr(bm, "compile_fn", fails_at_full_size)
+  found = kernels.reference("scaled_dot", case, inputs, params, 2 ** 30)
+  assert not isinstance(found, str), found
+  at, at_inputs, outputs = found
+  assert calls == [(2, 2, 16, 8), (1, 1, 16, 8)]
+  assert (at.batch, at.heads) == (1, 1) and at_inputs[0].shape == (1, 1, 16, 8)
+  assert jax.tree.leaves(outputs)[0].shape[:2] == (1, 1)
+  monkeypatch.setattr(bm, "compile_fn", lambda fn, *args: (_ for _ in ()).throw(
+      RuntimeError("no compiler")))
+  why = kernels.reference("scaled_dot", case, inputs, params, 2 ** 30)
+  assert why.startswith("reference failed: RuntimeError: no compiler")
