@@ -10,7 +10,8 @@
 #          (NAME names its folder); a stage's extra flags come from the
 #          environment variable FLAGS_<NAME> (default NAME = STAGE), split on
 #          spaces.
-# Writes OUTDIR/stages.tar.gz (each stage's files in a folder of its name) and
+# GPU_RUN names the stage runner (default scripts/gpu_run.sh; the tests give a
+# stand-in). Writes OUTDIR/stages.tar.gz (each stage's files in a folder of its name) and
 # OUTDIR/summary.txt (each stage's exit status and the end of its log), and
 # prints the summary. Exit status: 0 when every stage ended 0 or 75 (stopped by
 # its own time budget with everything kept), else 1.
@@ -23,6 +24,8 @@ repo="$(cd "$(dirname "$0")/.." && pwd)"
 die() { echo "error: $*" >&2; exit 2; }
 [ $# -ge 2 ] || die "usage: scripts/gpu_stages.sh OUTDIR STAGE:MINUTES[:NAME]..."
 out="$1"; shift
+runner="${GPU_RUN:-$repo/scripts/gpu_run.sh}"
+[ -f "$runner" ] || die "no stage runner at $runner (GPU_RUN)."
 mkdir -p "$out" 2>/dev/null && [ -w "$out" ] || die "OUTDIR '$out' cannot be created or written."
 out="$(cd "$out" && pwd)"
 # Every spec is checked before any stage runs.
@@ -43,7 +46,7 @@ for spec in "$@"; do
   var="FLAGS_$name"
   read -r -a extra <<< "${!var:-}"
   start=$(date +%s)
-  STAGE_MINUTES="$minutes" bash "$repo/scripts/gpu_run.sh" "$stage" "$stages/$name" \
+  STAGE_MINUTES="$minutes" bash "$runner" "$stage" "$stages/$name" \
     ${extra[@]+-- "${extra[@]}"} > "$stages/$name.out" 2>&1
   status=$?
   {

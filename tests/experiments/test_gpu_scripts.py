@@ -423,3 +423,46 @@ def test_versions_reject_bad_arguments_with_one_line(args, needle):
   p = subprocess.run([sys.executable, "scripts/gpu_versions.py", *args], cwd=ROOT,
                      capture_output=True, text=True, timeout=300)
   assert p.returncode == 2 and needle in p.stderr and p.stderr.count("\n") == 1
+
+
+_FAKE_STAGE = """\
+#!/usr/bin/env bash
+# Stand-in for gpu_run.sh: STAGE OUTDIR [-- FLAGS]; writes what it was given.
+mkdir -p "$2"; echo "$STAGE_MINUTES $*" > "$2/args.txt"
+case "$1" in check) exit 0 ;; bench) exit 75 ;; calibrate) exit 3 ;; esac
+"""
+
+
+def test_gpu_stages_runs_each_stage_and_packs_what_they_wrote(tmp_path):
+  fake = tmp_path / "fake_run.sh"
+  fake.write_text(_FAKE_STAGE)
+  env = {**os.environ, "GPU_RUN": str(fake), "FLAGS_extra": "--suite=additive --x=1"}
+  out = tmp_path / "out"
+  p = subprocess.run(["bash", "scripts/gpu_stages.sh", str(out), "check:1.5", "bench:2:extra"],
+                     cwd=ROOT, capture_output=True, text=True, env=env, timeout=60)
+  assert p.returncode == 0, p.stderr  # 0 and 75 (stopped by its own budget) are fine
+  with tarfile.open(out / "stages.tar.gz") as tar:
+    args = {m.name: tar.extractfile(m).read().decode().split()
+            for m in tar.getmembers() if m.name.endswith("args.txt")}
+  assert args["./check/args.txt"][:2] == ["1.5", "check"]
+  assert args["./extra/args.txt"][:2] == ["2", "bench"]
+  assert args["./extra/args.txt"][-3:] == ["--", "--suite=additive", "--x=1"]
+  summary = (out / "summary.txt").read_text()
+  assert "== check (check, limit 1.5 min): exit 0" in summary
+  assert "== extra (bench, limit 2 min): exit 75" in summary
+  p = subprocess.run(["bash", "scripts/gpu_stages.sh", str(out), "calibrate:1"], cwd=ROOT,
+                     capture_output=True, text=True, env=env, timeout=60)
+  assert p.returncode == 1 and "exit 3" in p.stdout
+
+
+@pytest.mark.parametrize("spec,needle", [("deploy:1", "STAGE must be check"),
+                                         ("check:soon", "MINUTES must be a number"),
+                                         ("check:1:a-b", "NAME must be letters")])
+def test_gpu_stages_rejects_a_bad_spec_before_any_stage(tmp_path, spec, needle):
+  fake = tmp_path / "fake_run.sh"
+  fake.write_text(_FAKE_STAGE)
+  p = subprocess.run(["bash", "scripts/gpu_stages.sh", str(tmp_path / "out"), "check:1", spec],
+                     cwd=ROOT, capture_output=True, text=True, timeout=60,
+                     env={**os.environ, "GPU_RUN": str(fake)})
+  assert p.returncode == 2 and needle in p.stderr and len(p.stderr.splitlines()) == 1
+  assert not (tmp_path / "out" / "summary.txt").exists()  # nothing ran
