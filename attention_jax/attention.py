@@ -348,27 +348,12 @@ def _pallas_serves(score: str, params, return_weights: bool) -> bool:
 
 
 def _pallas_wins(query, keys, params) -> bool:
-  """`auto`'s rule for the Pallas additive kernels on a TPU or GPU: take them
-  where the plain path would build the `[..., Tq, Tk, a]` tanh block in
-  chunks (`scores.additive`: more than `_ADDITIVE_BLOCK_ELEMENTS` elements,
-  16 MiB of float32), i.e. a `lax.map` of small programs that recompute the
-  block in the backward and keep `[..., Tq, Tk]` float32 scores and weights.
-  The kernels hold neither; below that size one fused XLA program is kept.
-  On a TPU they must also fit their VMEM (they keep one head's projected
-  keys whole there; `pallas_additive.tpu_vmem_bytes`). The rule is a memory
-  criterion: no device has timed either path (docs/performance.md)."""
+  """`auto`'s rule for the Pallas additive kernels (`pallas_additive.wins`:
+  where the plain path would chunk its tanh block, and within a TPU's VMEM)."""
   from attention_jax import pallas_additive  # pylint: disable=g-import-not-at-top
-  from attention_jax import scores as scores_lib  # pylint: disable=g-import-not-at-top
-  a = jnp.shape(params["w_q"])[-1]
   lead = jnp.broadcast_shapes(query.shape[:-2], keys.shape[:-2])
-  tq, tk = query.shape[-2], keys.shape[-2]
-  if math.prod(lead) * tq * tk * a <= scores_lib._ADDITIVE_BLOCK_ELEMENTS:  # pylint: disable=protected-access
-    return False
-  if jax.default_backend() == "tpu":
-    blocks = pallas_additive.default_blocks("tpu")
-    need = pallas_additive.tpu_vmem_bytes(tq, tk, a, 128, blocks)
-    return need <= pallas_additive.TPU_VMEM_LIMIT_BYTES
-  return True
+  return pallas_additive.wins(math.prod(lead), query.shape[-2], keys.shape[-2],
+                              jnp.shape(params["w_q"])[-1], jax.default_backend())
 
 
 def select_implementation(score: str, implementation: str, query, keys, values, *,

@@ -367,6 +367,11 @@ class MultiHeadAttention(nnx.Module):
       return self.out(_merge_heads(context)), None  # [B, T, D_out]
     if isinstance(mask, MaskStructure):
       mask = mask.dense(q.shape[-2], k.shape[-2])
+    plain_needed = return_weights or use_dropout or score_offset is not None
+    if self.spec.mha.kernel is not None and not plain_needed:
+      context = _kernel_context(self, q, k, v, mask)  # [B, H, T, d_v] or None
+      if context is not None:
+        return self.out(_merge_heads(context)), None  # [B, T, D_out]
     raw = self.scores(q, k)  # [B, H, T, S]
     offset = _check_offset(score_offset, raw.shape, "MultiHeadAttention")
     v = v.astype(self.dtype or v.dtype)
@@ -407,6 +412,19 @@ class MultiHeadAttention(nnx.Module):
     out, aux = self.attend(q, cache.keys, cache.values, mask=cache.visible(index),
                            return_weights=return_weights)
     return out, cache, aux
+
+
+def _kernel_context(layer: "MultiHeadAttention", q, k, v, mask):
+  """The score's own fused kernel (`Form.kernel`) of the projected heads, all
+  in the layer's compute dtype (as `_score_logits` casts them), or None where
+  it does not win here."""
+  dtype = layer.dtype or jnp.result_type(q, k, v)
+  params = {name: getattr(layer, name) for name in layer.score_params}
+  params = {name: p[...].astype(dtype) if isinstance(p, nnx.Variable) else p
+            for name, p in params.items()}
+  context = layer.spec.mha.kernel(q.astype(dtype), k.astype(dtype), v.astype(dtype),
+                                  mask, **params)
+  return None if context is None else context.astype(dtype)
 
 
 def _hands_over(spec: registry.Score, q, k, v, plain_needed: bool) -> bool:

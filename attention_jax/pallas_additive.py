@@ -505,6 +505,27 @@ def _chunk_major(x, n: int, t: int, a: int, chunk: int):
   return x.reshape(n, t, a // chunk, chunk).transpose(0, 2, 1, 3)
 
 
+def wins(lead: int, tq: int, tk: int, a: int, platform: str) -> bool:
+  """Where `implementation="auto"` takes these kernels on a TPU or GPU: where
+  the plain path would build the `[lead, Tq, Tk, a]` tanh block in chunks
+  (`scores.additive`: more than `_ADDITIVE_BLOCK_ELEMENTS` elements, 16 MiB of
+  float32), i.e. a `lax.map` of small programs that recompute the block in
+  the backward and keep `[lead, Tq, Tk]` float32 scores and weights. The
+  kernels hold neither; below that size one fused XLA program is kept. On a
+  TPU they must also fit their VMEM (they keep one head's projected keys
+  whole there; `tpu_vmem_bytes`). Never on a CPU, where they only run in
+  interpret mode. A memory rule: on one H200 at B 32, a 1024 the kernels
+  took 0.6-0.8x the chunked form's time (results/gpu_h200)."""
+  from attention_jax import scores as scores_lib  # pylint: disable=g-import-not-at-top
+  if platform not in ("gpu", "tpu"):
+    return False
+  if lead * tq * tk * a <= scores_lib._ADDITIVE_BLOCK_ELEMENTS:  # pylint: disable=protected-access
+    return False
+  if platform == "tpu":
+    return tpu_vmem_bytes(tq, tk, a, 128, default_blocks("tpu")) <= TPU_VMEM_LIMIT_BYTES
+  return True
+
+
 def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: jax.Array,
                                  v: jax.Array, mask: jax.Array | None = None, *,
                                  blocks: Blocks | None = None,

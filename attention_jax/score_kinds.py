@@ -90,10 +90,18 @@ class Form:
       with: q and k as `logits` gets them, every parameter as a NumPy array
       (a module as the dict of its parameters, e.g. `{'kernel', 'bias'}`).
       None: the layers' tests fail for the score, naming the field.
+    kernel: optional `(q, k, values, mask, **params) -> context or None`: the
+      whole attention (softmax and weighted sum too) by a fused kernel, for
+      the multi-head layer when it needs neither the weights nor dropout
+      nor a score offset; None returned where the kernel would not win on
+      this backend at these sizes (the layer then takes its plain path).
+      q, k, values and the parameters come in the layer's compute dtype;
+      `mask` is a bool array broadcastable to `[B, H, Tq, Tk]` or None.
   """
   logits: Callable[..., jax.Array]
   make_params: Callable[[Dims, nnx.Rngs], dict[str, Any]] = no_params
   reference: Callable[..., np.ndarray] | None = None
+  kernel: Callable[..., jax.Array | None] | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,6 +225,24 @@ def additive_per_head(q: jax.Array, k: jax.Array, w_q: jax.Array, w_k: jax.Array
   """`scores.additive` of every head with its own `W_1, W_2, v` (`[H, ...]`);
   it chunks the `[B, T, S, a]` tanh block when it is large."""
   return per_head(scores_lib.additive)(q, k, w_q=w_q, w_k=w_k, v=v)
+
+
+def additive_heads_kernel(q: jax.Array, k: jax.Array, values: jax.Array, mask, *,
+                          w_q: jax.Array, w_k: jax.Array, v: jax.Array) -> jax.Array | None:
+  """The per-head additive attention by the fused Pallas kernels
+  (`pallas_additive`), where `pallas_additive.wins` takes them (a TPU or GPU,
+  where the plain path would chunk the `[B, H, T, S, d_k]` tanh block); else
+  None. q `[B, H, T, d_k]`, k `[B, H, S, d_k]`, values `[B, H, S, d_v]`,
+  `w_q, w_k [H, d_k, d_k]`, `v [H, d_k]` -> context `[B, H, T, d_v]`."""
+  from attention_jax import pallas_additive  # pylint: disable=g-import-not-at-top
+  lead = math.prod(jnp.broadcast_shapes(q.shape[:-2], k.shape[:-2]))
+  if not pallas_additive.wins(lead, q.shape[-2], k.shape[-2], w_q.shape[-1],
+                              jax.default_backend()):
+    return None
+  # Each head's own projections, accumulated in float32 as `scores.additive` does.
+  q_proj = jnp.einsum("...htd,hda->...hta", q, w_q, preferred_element_type=jnp.float32)
+  k_proj = jnp.einsum("...hsd,hda->...hsa", k, w_k, preferred_element_type=jnp.float32)
+  return pallas_additive.additive_attention_projected(q_proj, k_proj, values, v, mask)
 
 
 # -- general, cosine, qk_norm ----------------------------------------------------
