@@ -19,10 +19,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import attention_jax as aj
 from attention_jax import masks
+import attention_jax as aj
 from attention_jax.data import input_pipeline
-from attention_jax.training import config, train_lib
+from attention_jax.sweep import config
+from attention_jax.training import train_lib
 
 pytestmark = [
     pytest.mark.gpu,
@@ -184,3 +185,38 @@ def test_pallas_additive_kernels_compiled_for_the_gpu_equal_the_plain_form(maske
                                err_msg=name)
   if masked:
     assert np.all(np.asarray(out[1]) == 0)  # the sentence without keys: zero context
+
+
+def test_multi_head_additive_takes_the_pallas_kernels_where_the_plain_path_would_chunk():
+  # B 2, H 4, T = S = 512, d_k 64: the [B, H, T, S, d_k] tanh block (268 M
+  # elements) is over the chunking threshold, so `pallas_additive.wins` takes
+  # the kernels; the layer's output and gradients equal its plain path.
+  from flax import nnx  # pylint: disable=import-outside-toplevel
+  from attention_jax import pallas_additive as pa  # pylint: disable=import-outside-toplevel
+  from attention_jax.layers import MultiHeadAttention  # pylint: disable=import-outside-toplevel
+  b, t, d, h = 2, 512, 256, 4
+  assert pa.wins(b * h, t, t, d // h, "gpu")
+  x = jax.random.normal(jax.random.PRNGKey(0), (b, t, d))
+  graphdef, params = nnx.split(MultiHeadAttention(h, d, score="additive", rngs=nnx.Rngs(0)))
+
+  def run(take_kernel):
+    def loss(params, x):
+      out, _ = nnx.merge(graphdef, params)(x, mask=masks.causal(t))
+      return jnp.sum(jnp.sin(out)), out
+    with jax.default_matmul_precision("highest"):
+      fn = jax.jit(jax.value_and_grad(loss, has_aux=True))
+      if take_kernel:
+        return fn(params, x)
+      original = pa.wins
+      pa.wins = lambda *a: False
+      try:
+        return fn(params, x)
+      finally:
+        pa.wins = original
+
+  (_, out), grads = run(True)
+  (_, ref_out), ref_grads = run(False)
+  np.testing.assert_allclose(out, ref_out, atol=1e-4, rtol=1e-4)
+  for g, w in zip(jax.tree.leaves(grads), jax.tree.leaves(ref_grads)):
+    scale = float(jnp.max(jnp.abs(w))) + 1e-6
+    np.testing.assert_allclose(np.asarray(g) / scale, np.asarray(w) / scale, atol=1e-4)
