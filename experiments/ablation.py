@@ -19,7 +19,7 @@ inside --workdir, with tables and plots of the arms against the first axis.
 `--calibration` takes the `--steps`, `--eval_every` and `--dims` a calibration
 (`experiments.benchmarks.calibration`) planned for this preset on this device,
 so that its measurement becomes the sweep's settings without editing a preset
-file; flags given beside it win. See attention_jax/training/rundir.py for the
+file; flags given beside it win. See attention_jax/sweep/workdir.py for the
 workdir layout.
 """
 

@@ -51,8 +51,8 @@ from absl import flags
 from absl import logging
 
 from attention_jax import benchmarking as bm
+from attention_jax.sweep import workdir_lock
 from attention_jax.training import files
-from attention_jax.training import workdir_lock
 from experiments import common
 from experiments.benchmarks import additive
 from experiments.benchmarks import jsonl

@@ -20,8 +20,8 @@ from absl import logging
 import jax
 import numpy as np
 
-from attention_jax.training import config as config_lib
-from attention_jax.training import host_memory
+from attention_jax.sweep import config as config_lib
+from attention_jax.sweep import host_memory
 from attention_jax.training import interrupts
 
 FLAGS = flags.FLAGS
@@ -237,18 +237,20 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
   interrupts.install()  # SIGTERM, Ctrl-C: checkpoint after the step, exit 143 / 130
   host_memory.keep_freed_memory()  # before JAX's CPU client starts (its docstring says why)
   cfg, axes = build_config(extra, sweep)
-  from attention_jax.training import sweep  # heavy imports only after the checks
-  from attention_jax.training import workers
+  from attention_jax.analysis import reports  # heavy imports only after the checks
+  from attention_jax.sweep import runner
+  from attention_jax.sweep import workers
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
 
   try:
     if report_only:
-      print(sweep.report_only(cfg, FLAGS.workdir, axes))
+      print(runner.report_only(cfg, FLAGS.workdir, axes, report=reports.write))
       print(written(FLAGS.workdir))
       return
     maybe_start_distributed()
-    table = sweep.run(cfg, FLAGS.workdir, mesh=data_mesh(), axes=axes)
+    table = runner.run(cfg, FLAGS.workdir, report=reports.write, mesh=data_mesh(),
+                       axes=axes)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)
   except (ValueError, workers.RunsFailed) as e:

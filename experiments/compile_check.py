@@ -749,13 +749,13 @@ def train_step_case(program: str, case: str, cfg, arm, steps: int | None) -> Cas
 
 
 def gpu_sweep_cases() -> list[Case]:
-  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   cfg = config_lib.from_preset("gpu")
   return [train_step_case("gpu_sweep", arm.label, cfg, arm, cfg.steps) for arm in cfg.sweep()]
 
 
 def transformer_base_cases() -> list[Case]:
-  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   cfg = config_lib.ExperimentConfig(
       model="transformer", arms=("scaled_dot",), dims=(64,), seeds=1, vocab_size=32000,
       hidden_dim=512, num_heads=8, ff_dim=2048, encoder_layers=6, decoder_layers=6,

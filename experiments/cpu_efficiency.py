@@ -95,7 +95,7 @@ def define_flags() -> None:
                        "first this process may use).")
   flags.DEFINE_integer("repeats", 7, "Timed calls per matmul shape of the peak.")
   flags.DEFINE_bool("keep_freed_memory", True, "Set glibc malloc as the trainer's drivers do "
-                    "(training/host_memory.py); false measures the allocator's defaults, as "
+                    "(sweep/host_memory.py); false measures the allocator's defaults, as "
                     "code before that change ran.")
   flags.DEFINE_string("out", None, "JSON-lines file the rows are appended to (optional).")
   flags.DEFINE_string("profile", None, "Folder: also trace the timed steps of each cell with "
@@ -389,7 +389,7 @@ def _check_flags():
   """Every flag checked before any work: (cells, seed counts); exits with one line."""
   from experiments import common  # pylint: disable=g-import-not-at-top
   from experiments.benchmarks import calibration  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   try:
     cells = calibration.parse_cells(FLAGS.cells)
     seeds = common.parse_list("seeds", FLAGS.seeds, int)
@@ -509,7 +509,7 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   import numpy as np  # pylint: disable=g-import-not-at-top
   from attention_jax import flops as flops_lib  # pylint: disable=g-import-not-at-top
   from experiments import compile_check  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
   run = dataclasses.replace(cfg, seeds=seeds).point(config_lib.Arm.of(arm, dim))
@@ -593,14 +593,14 @@ def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   cfg, cells, seed_counts = _check_flags()
-  from attention_jax.training import host_memory  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import host_memory  # pylint: disable=g-import-not-at-top
   if FLAGS.keep_freed_memory:
     host_memory.keep_freed_memory()  # as the trainer's drivers do, before JAX starts
   if FLAGS.threads == 1:  # before the first jax call below starts the CPU client
-    from attention_jax.training import workers  # pylint: disable=g-import-not-at-top
+    from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
     workers.use_one_core(FLAGS.core)
   from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import datasets  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
 
   machine = benchmarking.machine_description()
   print(f"{machine['cpu']}, jax {machine['jax_version']}, cores "

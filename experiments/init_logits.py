@@ -101,10 +101,10 @@ from attention_jax import masks
 from attention_jax import registry
 from attention_jax.data import input_pipeline
 from attention_jax.models.transformer import ATTENTION_KINDS
-from attention_jax.training import config as config_lib
-from attention_jax.training import datasets
+from attention_jax.sweep import config as config_lib
+from attention_jax.sweep import datasets
 from attention_jax.training import diagnostics
-from attention_jax.training import scaling
+from attention_jax.analysis import scaling
 from attention_jax.training import steps
 from experiments import common
 

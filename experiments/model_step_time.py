@@ -25,7 +25,7 @@ import optax
 from flax import nnx
 
 from attention_jax import models
-from attention_jax.training import host_memory
+from attention_jax.sweep import host_memory
 from attention_jax.training import steps
 
 FLAGS = flags.FLAGS

@@ -31,9 +31,10 @@ def main(argv):
     if not os.path.isfile(path):
       sys.exit(f"error: `--run` {label!r}: no file {path!r}.")
     runs[label] = path
-  from attention_jax.training import metrics_log, reporting  # heavy imports after the checks
+  from attention_jax.analysis import plots  # heavy imports after the checks
+  from attention_jax.training import metrics_log
   histories = {label: metrics_log.MetricsLog(path).read() for label, path in runs.items()}
-  reporting.plot_validation(histories, list(runs), FLAGS.out)
+  plots.plot_validation(histories, list(runs), FLAGS.out)
   print(f"wrote {FLAGS.out}")
 
 

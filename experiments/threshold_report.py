@@ -55,9 +55,9 @@ def path_problem(main: str | None, controls: str, out: str | None) -> str | None
 def grid_problem(flag: str, path: str, cfg, learning_rates) -> str | None:
   """Why `path` is not a workdir of the grid (no run folder of its plan);
   None if it holds one. A swapped --main and --controls is caught here."""
-  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import rundir  # pylint: disable=g-import-not-at-top
-  workdir = rundir.Workdir(path)
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import workdir as workdir_lib
+  workdir = workdir_lib.Workdir(path)
   points = config_lib.grid(cfg, (("learning_rate", tuple(learning_rates)),))
   if any(os.path.isdir(workdir.point(p).run(arm).path)
          for p in points for arm in p.config.sweep()):

@@ -16,7 +16,8 @@ from flax import nnx
 from attention_jax import benchmarking, layers, registry, scores
 from attention_jax.data import input_pipeline
 from attention_jax.score_kinds import Form
-from attention_jax.training import config, train_lib
+from attention_jax.sweep import config
+from attention_jax.training import train_lib
 
 NAME = "learned_temperature_scaled_dot"
 

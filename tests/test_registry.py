@@ -11,7 +11,7 @@ from flax import nnx
 from attention_jax import layers, registry, scores
 from attention_jax import score_kinds as kinds
 from attention_jax.attention import select_implementation
-from attention_jax.training import config
+from attention_jax.sweep import config
 
 
 def test_derived_lists_follow_the_registry():

@@ -1,7 +1,7 @@
 """Where a score starts to fail: the rule of the `transformer_lr_cpu` preset, applied.
 
 The rule was fixed in the preset's docstring
-(`attention_jax/training/presets/transformer_lr_cpu.py`) before any run of
+(`attention_jax/sweep/presets/transformer_lr_cpu.py`) before any run of
 the grid; it is applied here as it is written there, and not restated. The
 pieces, each a small pure function of numbers except the reading:
 
@@ -50,12 +50,13 @@ from typing import Iterable, Mapping, NamedTuple, Sequence
 
 import numpy as np
 
-from attention_jax.training import config as config_lib
+from attention_jax.analysis import tables
+from attention_jax.sweep import config as config_lib
+from attention_jax.sweep import workdir as workdir_lib
+from attention_jax.sweep.presets import transformer_lr_cpu
 from attention_jax.training import provenance as provenance_lib
-from attention_jax.training import reporting
-from attention_jax.training import rundir
+from attention_jax.training import run_folder
 from attention_jax.training.metrics_log import MetricsLog
-from attention_jax.training.presets import transformer_lr_cpu
 
 FAILURE_MARGIN = transformer_lr_cpu.FAILURE_MARGIN
 AXIS = "learning_rate"
@@ -129,7 +130,7 @@ def self_diagnostics(step_row: Mapping, moment: str) -> dict[str, float | None]:
   for stat in DIAGNOSTIC_STATS:
     values = []
     for kind in SELF_KINDS:
-      value = reporting.kind_value(step_row, stat, kind)
+      value = tables.kind_value(step_row, stat, kind)
       out[diagnostic_key(stat, kind, moment)] = value
       if value is not None:
         values.append(value)
@@ -159,13 +160,13 @@ def seed_record(cell: Cell, seed: int, log: Sequence[Mapping], result_row: Mappi
                 {k: prov.get(k) for k in PROVENANCE_FIELDS} if prov else None)
 
 
-def _checked(run: rundir.RunDir, cfg: config_lib.ExperimentConfig,
+def _checked(run: run_folder.RunDir, cfg: config_lib.ExperimentConfig,
              arm: config_lib.Arm) -> None:
   """Refuses a run folder made with other settings than the plan's (one
   ValueError line naming it): its numbers would not be this grid's."""
   if not os.path.exists(run.config):
     return  # not started: nothing to check
-  other_steps = run.check(rundir.fingerprint(cfg, arm), write=False)
+  other_steps = workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm), write=False)
   if other_steps is not None:
     raise ValueError(f"{run.config} records a run of {other_steps} steps, not the grid's "
                      f"{cfg.steps}; it is not a run of this grid.")
@@ -174,10 +175,10 @@ def _checked(run: rundir.RunDir, cfg: config_lib.ExperimentConfig,
 def read_grid(path: str, cfg: config_lib.ExperimentConfig,
               learning_rates: Sequence[float]) -> Grid:
   """The grid of `cfg` swept over `learning_rates` in the workdir `path`
-  (its layout: `rundir.Workdir.point`, `Workdir.run`): the records of every
+  (its layout: `workdir_lib.Workdir.point`, `Workdir.run`): the records of every
   known cell and the cells still missing. A run folder of other settings is
   a ValueError naming its config.json."""
-  workdir = rundir.Workdir(path)
+  workdir = workdir_lib.Workdir(path)
   points = config_lib.grid(cfg, ((AXIS, tuple(learning_rates)),))
   records, missing = [], []
   seeds = tuple(range(cfg.seeds))

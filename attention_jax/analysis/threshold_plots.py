@@ -24,9 +24,9 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from attention_jax.analysis import plots  # noqa: E402
 from attention_jax.analysis import threshold as th  # noqa: E402
 from attention_jax.analysis.threshold_tables import fmt_lr  # noqa: E402
-from attention_jax.training import reporting  # noqa: E402
 
 CURVES = "lr_curves.png"
 HEATMAPS = "max_logit_heatmaps.png"
@@ -77,7 +77,7 @@ def plot_curves(a: th.Analysis, path: str) -> None:
       _lr_axis(ax, g.learning_rates[score])
     if top.get_legend_handles_labels()[0]:
       top.legend(fontsize=8)
-  reporting.save_figure(fig, path)
+  plots.save_figure(fig, path)
 
 
 def heatmap_values(a: th.Analysis, score: str, moment: str) -> np.ndarray:
@@ -126,7 +126,7 @@ def plot_heatmaps(a: th.Analysis, path: str) -> None:
   if image is not None and norm is not None:
     fig.colorbar(image, ax=axes, label="largest self-attention logit (mean over seeds)",
                  shrink=0.8)
-  reporting.save_figure(fig, path)
+  plots.save_figure(fig, path)
 
 
 def plot_lr_star(a: th.Analysis, path: str) -> None:
@@ -175,7 +175,7 @@ def plot_lr_star(a: th.Analysis, path: str) -> None:
   ax.set_ylabel("lr* (open: censored or provisional)")
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
-  reporting.save_figure(fig, path)
+  plots.save_figure(fig, path)
 
 
 def plot_all(a: th.Analysis, folder: str) -> list[str]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -25,11 +25,12 @@ import numpy as np
 
 from attention_jax.training import interrupts
 from attention_jax.training import multihost
+from attention_jax.training.evaluation import Evaluator
 from attention_jax.training.metrics_log import rounded
 from attention_jax.training.periodic import PeriodicAction
-
-if TYPE_CHECKING:
-  from attention_jax.training.train_lib import EnsembleTrainer, TrainState
+from attention_jax.training.placement import Placement
+from attention_jax.training.run_config import RunConfig
+from attention_jax.training.state import TrainState
 
 # Why an action ended the loop early.
 ALL_DIVERGED = "all diverged"  # goes on to the final evaluation
@@ -80,11 +81,36 @@ def keep_better(better, new, old):
       lambda n, o: jnp.where(better.reshape((-1,) + (1,) * (n.ndim - 1)), n, o), new, old)
 
 
+class Trainer(Protocol):
+  """What the actions use of the trainer (`train_lib.EnsembleTrainer`): its
+  run, members and data, and the steps it compiled. Named here, so that this
+  module needs nothing of the trainer's."""
+  run_config: RunConfig
+  label: str
+  data: Any  # the dataset (`input_pipeline.load`)
+  tok: Any  # its tokenizer
+  seeds: tuple[int, ...]
+  num_params: int
+  state: TrainState
+  evaluator: Evaluator
+  placement: Placement
+  diverged_loss: float
+
+  def step(self, state: TrainState, batch) -> TrainState: ...
+
+  def diagnose(self, params, batch) -> dict[str, np.ndarray]: ...
+
+  def mark_diverged(self, state: TrainState, bad, why: str,
+                    log: Callable[[str], None] = print) -> TrainState: ...
+
+  def check_params(self, state: TrainState, log: Callable[[str], None]) -> TrainState: ...
+
+
 class RunActions:
   """The actions of one `run` call and what they share: its checkpointer,
   metrics log, TensorBoard writer, log, deadline and timers."""
 
-  def __init__(self, trainer: EnsembleTrainer, ckpt, metrics, board,
+  def __init__(self, trainer: Trainer, ckpt, metrics, board,
                log: Callable[[str], None], deadline: float | None):
     self.trainer, self.evaluator = trainer, trainer.evaluator
     self.ckpt, self.metrics, self.board, self.log = ckpt, metrics, board, log

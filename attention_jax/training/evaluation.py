@@ -1,6 +1,6 @@
 """Evaluation of an ensemble's members: translation, BLEU, perplexity, alignment.
 
-Every program runs over the ensemble axis E (`members.over_members`) and is
+Every program runs over the ensemble axis E (`placement.over_members`) and is
 compiled once per shape; its batches hold as many sentences as fit the evaluation budget
 (`Evaluator.eval_batch_size`, `memory.largest_fitting_batch`).
 
@@ -22,9 +22,9 @@ import numpy as np
 from attention_jax import decoding
 from attention_jax.data import batching
 from attention_jax.data import input_pipeline
-from attention_jax.training import members as members_lib
 from attention_jax.training import memory
 from attention_jax.training import multihost
+from attention_jax.training import placement as placement_lib
 from attention_jax.training import steps
 from attention_jax.training.placement import Placement
 from attention_jax.training.run_config import RunConfig
@@ -75,7 +75,7 @@ class Evaluator:
     self.val_beam_size = self.settings.validation_beam
     self._params_like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params_like)
-    self._eval_step = jax.jit(members_lib.over_members(
+    self._eval_step = jax.jit(placement_lib.over_members(
         functools.partial(steps.eval_step, graphdef, pad_id=self.tok.pad_id),
         (0, 0, None, None, None)))
     self._decoders = {}  # (beam size, return_attention) -> compiled decoder
@@ -150,7 +150,7 @@ class Evaluator:
                                     length_penalty=length_penalty,
                                     return_attention=return_attention)
 
-      self._decoders[key] = jax.jit(members_lib.over_members(member, (0, 0, None)))
+      self._decoders[key] = jax.jit(placement_lib.over_members(member, (0, 0, None)))
     return self._decoders[key]
 
   def teacher_forced(self, batch):

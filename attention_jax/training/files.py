@@ -12,7 +12,7 @@ import json
 import math
 import os
 import tempfile
-from typing import Any
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -110,3 +110,8 @@ def remove_stale_temporaries(folder: str) -> list[str]:
         except FileNotFoundError:
           pass
   return removed
+
+
+def write_jsonl(path: str, rows: Iterable[dict]) -> None:
+  """One strict JSON line per row (NaN and ±inf as null, `to_json`)."""
+  atomic_write(path, "".join(to_json(r, sort_keys=True) + "\n" for r in rows))

@@ -11,19 +11,17 @@ traced program)?
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from flax import nnx
 import jax
 import numpy as np
 
 from attention_jax.data import batching
-
-if TYPE_CHECKING:
-  from attention_jax.training.run_config import RunConfig
+from attention_jax.training.run_config import RunConfig
 
 # What training keeps of every parameter whatever the batch: the parameter,
-# Adam's two moments and the best-validation copy (`train_lib.TrainState`).
+# Adam's two moments and the best-validation copy (`state_lib.TrainState`).
 COPIES_PER_PARAMETER = 4
 
 

@@ -1,10 +1,12 @@
-"""The settings of one sweep point, grouped by concern, and the models they build.
+"""The settings of one run, grouped by concern, and the models they build.
 
-`ExperimentConfig` (config.py) stays the flat surface of the flags and the
-sweep's own config; `ExperimentConfig.point(arm)` derives the `RunConfig` of
-one (arm, dim) point from it, and that is all the trainer receives::
+A run is one (arm, dim) point of a sweep (`Arm`), all its seeds. The sweep's
+flat config (`attention_jax.sweep.config.ExperimentConfig`, the surface of
+the flags) derives the `RunConfig` of each of its points
+(`ExperimentConfig.point(arm)`), and that is all the trainer receives, so
+that one run needs nothing of the sweep::
 
-    run = cfg.point(config.Arm.of("additive", 8))
+    run = cfg.point(run_config.Arm.of("additive", 8))
     model_cls, model_config = run.model.build(run.arm, data)
     tx = run.optimizer.make()
 
@@ -16,7 +18,7 @@ build its model for an arm and a dataset's vocabulary.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, ClassVar, Union
+from typing import ClassVar, Union
 
 import jax.numpy as jnp
 import optax
@@ -26,10 +28,39 @@ from attention_jax import models
 from attention_jax import registry
 from attention_jax.data import batching
 
-if TYPE_CHECKING:  # config.py imports this module: the types only, for annotations
-  from attention_jax.training.config import Arm, ExperimentConfig
-
 SPLITS = ("train", "validation", "test")  # what the trainer reads of a dataset
+
+
+@dataclasses.dataclass(frozen=True)
+class Arm:
+  """One point of a sweep: an arm at one attention dimension, resolved once.
+
+  `name` is the arm as `--arms` spells it; the rest is what it means:
+  `decoder` 'luong' (attention over the encoder) or an attention-free RNN
+  decoder ('none_init', 'none_concat'); `score` the registry score (None
+  without attention); `attention_dim` a (the RNN's W_1 s, W_2 h size) or the
+  Transformer's per-head query/key size d_k.
+  """
+  name: str
+  decoder: str
+  score: str | None
+  attention_dim: int
+
+  @classmethod
+  def of(cls, name: str, dim: int) -> "Arm":
+    if name in registry.NO_ATTENTION_ARMS:
+      return cls(name, decoder=name, score=None, attention_dim=int(dim))
+    return cls(name, decoder="luong", score=registry.get(name, "arms").name,
+               attention_dim=int(dim))
+
+  @property
+  def has_attention(self) -> bool:
+    return self.score is not None
+
+  @property
+  def label(self) -> str:
+    """How logs name it: '<arm> d=<dim>'."""
+    return f"{self.name} d={self.attention_dim}"
 
 
 def _special(data, dropout: float, dtype: str) -> dict:
@@ -216,17 +247,3 @@ class RunConfig:
   periods: Periods
   seeds: int
   workers: int
-
-  @classmethod
-  def of(cls, cfg: ExperimentConfig, arm: Arm) -> RunConfig:
-    """The point `arm` of the sweep `cfg`, its flat fields grouped by concern."""
-    take = lambda kind, **extra: kind(**{f.name: getattr(cfg, f.name)
-                                         for f in dataclasses.fields(kind)
-                                         if f.name not in extra}, **extra)
-    if cfg.model == "rnn":
-      model = take(RnnConfig, trained_length=cfg.max_length + 1)  # + <eos>
-    else:
-      model = take(TransformerConfig, d_model=cfg.hidden_dim)
-    return cls(arm=arm, model=model, data=take(DataConfig),
-               optimizer=take(OptimizerConfig), evaluation=take(EvalConfig),
-               periods=take(Periods), seeds=cfg.seeds, workers=cfg.workers)

@@ -2,11 +2,11 @@
 
 The seeds of a configuration form an *ensemble axis* E: their parameters and
 optimiser states are stacked and every step is one jit-compiled program over
-them (`members.over_members`: vmapped on accelerators, the members in turn on
+them (`placement.over_members`: vmapped on accelerators, the members in turn on
 CPU), so N seeds cost one compilation and one dispatch per step. All
 members see the same batches; they differ in initialisation and dropout.
 
-What training carries from step to step is one pytree, `TrainState`; the
+What training carries from step to step is one pytree, `state.TrainState`; the
 trainer builds the compiled programs, and `run` drives the state through
 `periodic.train_loop` with the actions of `actions.RunActions` (progress
 lines, diagnostics, validation, checkpoints, the deadline), then evaluates
@@ -21,10 +21,9 @@ from __future__ import annotations
 import functools
 import math
 import os
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from flax import nnx
-from flax import struct
 import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
@@ -33,18 +32,20 @@ import numpy as np
 from attention_jax import models
 from attention_jax import registry
 from attention_jax.training import actions as actions_lib
-from attention_jax.training import board as board_lib
 from attention_jax.training import checkpoints
 from attention_jax.training import diagnostics
 from attention_jax.training import evaluation
-from attention_jax.training import members as members_lib
 from attention_jax.training import multihost
 from attention_jax.training import periodic
-from attention_jax.training import rundir
+from attention_jax.training import placement as placement_lib
 from attention_jax.training import steps
+from attention_jax.training.metrics_log import Board
 from attention_jax.training.metrics_log import MetricsLog
 from attention_jax.training.placement import Placement
 from attention_jax.training.run_config import RunConfig
+from attention_jax.training.run_folder import RunDir
+from attention_jax.training.state import TrainState
+from attention_jax.training.state import with_logged_best_ppl
 
 
 # A member counts as diverged once its training loss exceeds this many times
@@ -52,92 +53,6 @@ from attention_jax.training.run_config import RunConfig
 # near and only goes below (lr 1e4 drove the smoke model's loss to ~1.3e5,
 # a probe of absurd learning rates), or once its loss or any of its parameters is not finite.
 DIVERGED_LOSS_FACTOR = 10.0
-
-
-@struct.dataclass
-class TrainState:
-  """What training carries from step to step; arrays have the ensemble axis E.
-
-  `arrays()` and `meta()` are what a checkpoint holds (`restored` reads them
-  back); `loss` is the last step's training loss, not checkpointed.
-  """
-  params: Any
-  opt_state: Any
-  best_params: Any  # each member's parameters of its best validation BLEU
-  best_bleu: np.ndarray  # [E] float64; -1 before the first validation
-  best_step: np.ndarray  # [E] int64
-  diverged_at: np.ndarray  # [E] int64: the step it diverged at; 0 = never
-  loss: np.ndarray  # [E] the losses of the last step, before its update
-  # [E] float64: the validation perplexity of `best_params`, which breaks
-  # ties in validation BLEU (`actions.improved`); +inf before the first
-  # validation; NaN where not known (`restored`).
-  best_ppl: np.ndarray
-  step: int = struct.field(pytree_node=False, default=0)  # steps taken
-  train_seconds: float = struct.field(pytree_node=False, default=0.0)  # in training steps
-
-  def arrays(self) -> dict[str, Any]:
-    return {"params": self.params, "opt_state": self.opt_state,
-            "best_params": self.best_params}
-
-  def meta(self) -> dict[str, Any]:
-    return {"step": self.step, "train_seconds": self.train_seconds,
-            "best_bleu": self.best_bleu.tolist(), "best_step": self.best_step.tolist(),
-            "diverged_at": self.diverged_at.tolist(),
-            "best_ppl": [_number_to_json(x) for x in self.best_ppl]}
-
-  def restored(self, arrays: dict[str, Any], meta: dict[str, Any]) -> "TrainState":
-    """This state with a checkpoint's `arrays` and `meta`.
-
-    An older checkpoint without `diverged_at` keeps this state's; one
-    without `best_ppl` (written before ties in BLEU were broken by
-    perplexity; `with_logged_best_ppl` fills it from the metrics log where
-    it can) gets NaN: not known, so a later tie in BLEU never replaces that
-    member's best, the rule the checkpoint was trained under, until its
-    BLEU strictly improves. Not +inf: then every later tie would replace
-    it, however high its perplexity.
-    """
-    unknown = [None] * len(meta["best_bleu"])
-    return self.replace(
-        params=arrays["params"], opt_state=arrays["opt_state"],
-        best_params=arrays["best_params"], step=meta["step"],
-        train_seconds=meta["train_seconds"],
-        best_bleu=np.asarray(meta["best_bleu"], np.float64),
-        best_step=np.asarray(meta["best_step"], np.int64),
-        diverged_at=np.asarray(meta.get("diverged_at", self.diverged_at), np.int64),
-        best_ppl=np.asarray([_number_of_json(x) for x in meta.get("best_ppl", unknown)],
-                            np.float64))
-
-
-def _number_to_json(x: float) -> float | str:
-  """`x` for a checkpoint's JSON metadata: strict JSON has no inf or NaN,
-  so those are written as the strings "inf" and "nan"."""
-  x = float(x)
-  return x if math.isfinite(x) else str(x)
-
-
-def _number_of_json(x) -> float:
-  """`_number_to_json`'s value back; None (not known) is NaN."""
-  return math.nan if x is None else float(x)
-
-
-def with_logged_best_ppl(meta: dict[str, Any], history: list[dict],
-                         seeds: tuple[int, ...]) -> dict[str, Any]:
-  """A checkpoint's `meta` with each member's best perplexity, where a
-  checkpoint written before it was kept lacks it: the `val_ppl` the
-  metrics log (`history`) holds for that seed at its `best_step` (logged to
-  6 significant digits); +inf for a member with no validation yet, as a new
-  run starts; None (not known, `TrainState.restored`) where the log has no
-  such line. A `meta` that has `best_ppl` is returned as it is."""
-  if "best_ppl" in meta:
-    return meta
-  logged = {(r["seed"], r["step"]): r.get("val_ppl") for r in history if "val_ppl" in r}
-  best = []
-  for seed, step, bleu in zip(seeds, meta["best_step"], meta["best_bleu"]):
-    if step == 0 and bleu < 0:
-      best.append("inf")
-    else:
-      best.append(logged.get((seed, step)))
-  return {**meta, "best_ppl": best}
 
 
 class EnsembleTrainer:
@@ -210,7 +125,7 @@ class EnsembleTrainer:
       return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
 
     def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
-      return members_lib.over_members(member, (0, 0, 0, 0, None, None, None, None))(
+      return placement_lib.over_members(member, (0, 0, 0, 0, None, None, None, None))(
           params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
 
     return jax.jit(step_fn, donate_argnums=(0, 2))
@@ -248,7 +163,7 @@ class EnsembleTrainer:
         stats.update(diagnostics.logged_params(params, logged))
       return stats
 
-    return jax.jit(members_lib.over_members(member, (0, 0, None, None, None)))
+    return jax.jit(placement_lib.over_members(member, (0, 0, None, None, None)))
 
   # --- steps ----------------------------------------------------------------
 
@@ -311,7 +226,7 @@ class EnsembleTrainer:
     step's checkpoint saved.
     """
     os.makedirs(run_dir, exist_ok=True)
-    paths = rundir.RunDir(run_dir)
+    paths = RunDir(run_dir)
     ckpt = checkpoints.Checkpointer(paths.checkpoints)
     restored = ckpt.restore_latest(self.state.arrays(), log=log)
     if restored is not None:
@@ -325,7 +240,7 @@ class EnsembleTrainer:
       self.state = self.state.restored(arrays, meta)
       log(f"[{self.label}] resumed at step {self.state.step}")
     self.evaluator.check_memory(log)
-    board = board_lib.Board(run_dir, self.seeds, start_step=self.state.step,
+    board = Board(run_dir, self.seeds, start_step=self.state.step,
                             enabled=multihost.is_primary(), log=log)
     metrics = MetricsLog(paths.metrics, log=log,
                          write=multihost.is_primary(), board=board)

@@ -244,7 +244,7 @@ def _timed(fn: Callable[[], Any]) -> float:
 def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
                  log: Callable[[str], None] = print) -> CellTimes:
   """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`)."""
-  from attention_jax.training import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
   start = time.perf_counter()
@@ -294,7 +294,7 @@ def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
-  from attention_jax.training import datasets  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
   # Given as text: parsed with the other fields (`common.overrides`).
   extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}

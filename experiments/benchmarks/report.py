@@ -15,7 +15,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from attention_jax.training import reporting
+from attention_jax.analysis import plots
 
 
 def fmt_time(s: float | None) -> str:
@@ -153,7 +153,7 @@ def plot(rows: list[dict], workdir: str) -> list[str]:
   written = []
   # One figure at a time: each is closed once saved.
   for name, fig in itertools.chain(_kernel_figures(rows, plt), _additive_figures(rows, plt)):
-    reporting.save_figure(fig, os.path.join(workdir, name))
+    plots.save_figure(fig, os.path.join(workdir, name))
     written.append(name)
   return written
 

@@ -1,7 +1,8 @@
 """attention_jax/analysis/threshold.py and experiments/threshold_report.py on
-fake grids written to disk in the trainer's layout (rundir names every path,
-MetricsLog writes the logs, RunDir.check the config.json), with losses made
-from a known lr*(d_k) law so that every answer is known in advance."""
+fake grids written to disk in the trainer's layout (Workdir and RunDir name
+every path, MetricsLog writes the logs, workdir.check_run the config.json),
+with losses made from a known lr*(d_k) law so that every answer is known in
+advance."""
 
 import json
 import math
@@ -14,10 +15,10 @@ import pytest
 
 from attention_jax.analysis import threshold as th
 from attention_jax.analysis import threshold_tables
-from attention_jax.training import config as config_lib
+from attention_jax.sweep import config as config_lib
+from attention_jax.sweep import workdir as workdir_lib
 from attention_jax.training import files
 from attention_jax.training import provenance
-from attention_jax.training import rundir
 from attention_jax.training.metrics_log import MetricsLog
 from attention_jax.training.metrics_log import rounded
 from experiments import threshold_report
@@ -74,9 +75,10 @@ def write_run(path, cfg, lrs, score, dim, lr, losses, *, until=None, finished=Tr
   step on."""
   point = point_of(cfg, lrs, lr)
   arm = config_lib.Arm.of(score, dim)
-  run = rundir.Workdir(str(path)).point(point).run(arm)
+  run = workdir_lib.Workdir(str(path)).point(point).run(arm)
   os.makedirs(run.path, exist_ok=True)
-  assert run.check(rundir.fingerprint(point.config, arm)) is None  # writes config.json
+  # writes config.json
+  assert workdir_lib.check_run(run, workdir_lib.fingerprint(point.config, arm)) is None
   steps = cfg.steps
   until = steps if until is None else until
   diverged_at = diverged_at or {}
@@ -406,12 +408,3 @@ def test_the_command_line_refuses_a_bad_path_before_any_work(tmp_path):
   assert p.returncode != 0
   assert p.stderr.strip().splitlines()[-1].startswith("error: --main: no folder")
   assert not (tmp_path / "out").exists()
-
-
-def test_nothing_in_training_imports_the_analysis():
-  folder = os.path.join(ROOT, "attention_jax", "training")
-  for base, _, names in os.walk(folder):
-    for name in names:
-      if name.endswith(".py"):
-        with open(os.path.join(base, name), encoding="utf-8") as f:
-          assert "attention_jax.analysis" not in f.read(), name

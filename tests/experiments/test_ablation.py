@@ -57,7 +57,7 @@ def test_show_config_prints_the_resolved_settings_and_where_each_comes_from(tmp_
   assert "--steps=50  # flag" in lines
   assert "--warmup_steps=20  # preset" in lines and "--arms=dot,scaled_dot  # preset" in lines
   assert "--cell=gru  # default" in lines
-  from attention_jax.training import config
+  from attention_jax.sweep import config
   import dataclasses
   assert len(lines) == 1 + len(dataclasses.fields(config.ExperimentConfig))
   assert not os.listdir(tmp_path)  # no workdir needed, nothing made
@@ -75,7 +75,7 @@ def test_a_warm_up_as_long_as_the_run_is_one_line_before_any_work(tmp_path):
 def test_one_run_needs_no_baseline():
   """A single arm has nothing to compare: the preset's baseline is no reason
   to refuse it (it was: "`baseline` 'scaled_dot' is not one of `arms`")."""
-  from attention_jax.training import config
+  from attention_jax.sweep import config
   cfg = config.from_preset("transformer", arms=("dot",), dims=(16,))
   assert cfg.arms == ("dot",)
   with pytest.raises(ValueError, match="`baseline` 'scaled_dot' is not one of `arms`"):
@@ -85,7 +85,7 @@ def test_one_run_needs_no_baseline():
 def test_helpfull_documents_every_field():
   proc = _driver("ablation", "--helpfull")
   assert proc.returncode in (0, 1)  # absl exits 1 after printing help
-  from attention_jax.training import config
+  from attention_jax.sweep import config
   import dataclasses
   text = " ".join(proc.stdout.split())  # absl wraps help lines
   for field in dataclasses.fields(config.ExperimentConfig):
@@ -101,7 +101,7 @@ def test_smoke_preset_end_to_end(tmp_path):
   workdir = str(tmp_path / "smoke")
   proc = _driver("ablation", "--preset=smoke", f"--workdir={workdir}")
   assert proc.returncode == 0, proc.stderr[-3000:]
-  from attention_jax.training import config
+  from attention_jax.sweep import config
   cfg = config.from_preset("smoke")
   rows = _rows(workdir)
   assert len(rows) == len(cfg.arms) * len(cfg.dims) * cfg.seeds
@@ -371,9 +371,9 @@ def test_extending_a_finished_run_gives_the_longer_runs_numbers(tmp_path):
     (dict(steps=40), dict(steps=80), None),
 ])
 def test_which_runs_can_be_extended(old, new, needle):
-  from attention_jax.training import rundir
+  from attention_jax.sweep import workdir as workdir_lib
   base = dict(schedule="constant", eval_every=40, diag_every=20)
-  why = rundir.why_not_extended({**base, **old}, {**base, **new})
+  why = workdir_lib.why_not_extended({**base, **old}, {**base, **new})
   assert why is None if needle is None else needle in why
 
 
@@ -385,7 +385,7 @@ def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_pat
   (a multi-threaded matmul adds in another order): with the driver on both
   cores the same smoke sweep's final max_logit differed in the third digit
   (docs/reproducibility.md), so the comparison fixes the threads."""
-  from attention_jax.training import workers  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
   flags = ["--preset=smoke", "--arms=additive,multiplicative", "--dims=8", "--steps=40",
            "--eval_every=20", "--checkpoint_every=20", "--diag_every=20"]
   serial, parallel = str(tmp_path / "serial"), str(tmp_path / "parallel")

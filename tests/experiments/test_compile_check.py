@@ -274,7 +274,7 @@ _SCRIPT = textwrap.dedent("""\
     for name, (fn, args) in programs.items():
         case = cc.Case("test", name, {}, lambda fn=fn, args=args: (jax.jit(fn), args))
         out[name] = cc.compile_case(case, target, device)
-    from attention_jax.training import config as config_lib
+    from attention_jax.sweep import config as config_lib
     tiny = dict(dims=(16,), vocab_size=64, hidden_dim=32, batch_size=4, max_length=15,
                 dtype="bfloat16")
     models = {

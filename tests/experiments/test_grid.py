@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from attention_jax.training import config
+from attention_jax.sweep import config
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -1,5 +1,5 @@
 """The footnote at initialisation (`experiments/init_logits.py`) and the
-power-law fit it reports (`training/scaling.py`): the fit recovers known
+power-law fit it reports (`analysis/scaling.py`): the fit recovers known
 exponents, the measurement recovers the footnote's √d_k on data that meets
 its premise, the probes read the models' own logits, and a tiny run of the
 command yields complete, finite rows and its report files."""
@@ -18,7 +18,7 @@ from flax import nnx
 
 from attention_jax import scores as scores_lib
 from attention_jax.data import input_pipeline
-from attention_jax.training import scaling
+from attention_jax.analysis import scaling
 from experiments import init_logits
 
 DIMS = (16, 32, 64, 128, 256, 512, 1024)

@@ -8,7 +8,7 @@ import types
 import jax.numpy as jnp
 import numpy as np
 
-from attention_jax.training import actions, train_lib
+from attention_jax.training import actions, state as state_lib
 from attention_jax.training.placement import Placement
 
 
@@ -43,7 +43,7 @@ def _validating(scores_and_ppl):
   run.trainer, run.label, run.slowest_validation, run.log = trainer, "t", 0.0, lambda _: None
   run.evaluator = types.SimpleNamespace(validate=lambda params, ok: next(series))
   run.metrics = types.SimpleNamespace(append=lambda row: None)
-  state = train_lib.TrainState(
+  state = state_lib.TrainState(
       params=None, opt_state=None, best_params={"w": jnp.full((2,), -1.0)},
       best_bleu=np.full(2, -1.0), best_step=np.zeros(2, np.int64),
       diverged_at=np.zeros(2, np.int64), loss=np.zeros(2), best_ppl=np.full(2, np.inf))
@@ -68,7 +68,7 @@ def test_validate_keeps_the_tied_checkpoint_of_lower_perplexity():
 
 
 def _state(best_ppl):
-  return train_lib.TrainState(
+  return state_lib.TrainState(
       params=None, opt_state=None, best_params=None, best_bleu=np.array([0.0, 7.5, -1.0]),
       best_step=np.array([300, 200, 0]), diverged_at=np.zeros(3, np.int64),
       loss=np.zeros(3), best_ppl=np.asarray(best_ppl, np.float64), step=400)
@@ -95,7 +95,7 @@ def test_an_older_checkpoint_without_best_perplexities_still_loads():
              {"step": 300, "seed": 1, "val_bleu": 7.1, "val_ppl": 90.0},
              {"step": 300, "seed": 0, "logit_std": 2.0},
              {"step": 100, "seed": 0, "val_bleu": 0.0, "val_ppl": 2000.0}]
-  filled = train_lib.with_logged_best_ppl(old, history, (0, 1, 2))
+  filled = state_lib.with_logged_best_ppl(old, history, (0, 1, 2))
   assert filled["best_ppl"] == [812.5, None, "inf"]  # seed 1's best step 200 is not logged
   fresh = _state([np.inf] * 3)
   np.testing.assert_array_equal(
@@ -107,4 +107,4 @@ def test_an_older_checkpoint_without_best_perplexities_still_loads():
   np.testing.assert_array_equal(bare.best_bleu, [0.0, 7.5, -1.0])
   np.testing.assert_array_equal(bare.best_step, [300, 200, 0])
   # a meta that has its perplexities is left as it is
-  assert train_lib.with_logged_best_ppl(filled, [], (0, 1, 2)) is filled
+  assert state_lib.with_logged_best_ppl(filled, [], (0, 1, 2)) is filled

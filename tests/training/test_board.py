@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from attention_jax.training import board as board_lib
+from attention_jax.training import metrics_log
 
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator")
@@ -19,7 +19,7 @@ def _scalars(folder):
 
 
 def test_rows_become_scalars_per_seed_readable_by_tensorboard(tmp_path):
-  board = board_lib.Board(str(tmp_path), seeds=(0, 3))
+  board = metrics_log.Board(str(tmp_path), seeds=(0, 3))
   board.row({"step": 10, "seed": 0, "loss": 2.5, "max_logit": 41.0, "logit_std": None})
   board.row({"step": 10, "seed": 3, "loss": 2.25, "val_bleu": 7.5, "val_ppl": 30.0})
   board.every_seed(10, {"learning_rate": 1e-3, "tokens_per_second": 1234.0})
@@ -35,11 +35,11 @@ def test_rows_become_scalars_per_seed_readable_by_tensorboard(tmp_path):
 
 
 def test_a_resumed_run_purges_what_came_after_its_checkpoint(tmp_path):
-  first = board_lib.Board(str(tmp_path), seeds=(0,))
+  first = metrics_log.Board(str(tmp_path), seeds=(0,))
   for step in (10, 20, 30):  # killed after step 30; its checkpoint was step 20
     first.row({"step": step, "seed": 0, "loss": float(step)})
   first.close()
-  resumed = board_lib.Board(str(tmp_path), seeds=(0,), start_step=20)
+  resumed = metrics_log.Board(str(tmp_path), seeds=(0,), start_step=20)
   for step in (30, 40):
     resumed.row({"step": step, "seed": 0, "loss": step + 0.5})
   resumed.close()
@@ -48,7 +48,7 @@ def test_a_resumed_run_purges_what_came_after_its_checkpoint(tmp_path):
 
 
 def test_other_processes_write_nothing(tmp_path):
-  board = board_lib.Board(str(tmp_path), seeds=(0,), enabled=False)
+  board = metrics_log.Board(str(tmp_path), seeds=(0,), enabled=False)
   board.row({"step": 1, "seed": 0, "loss": 1.0})
   board.close()
   assert not os.path.exists(tmp_path / "tensorboard")

@@ -1,5 +1,5 @@
 """An ensemble's members in one program: vmapped or in turn, the same function
-(attention_jax/training/members.py)."""
+(attention_jax/training/placement.py)."""
 
 import functools
 
@@ -11,7 +11,7 @@ import pytest
 from flax import nnx
 
 from attention_jax import models
-from attention_jax.training import members
+from attention_jax.training import placement
 from attention_jax.training import steps
 
 
@@ -20,21 +20,21 @@ def test_in_turn_equals_vmap_with_shared_and_stacked_arguments():
     return {"y": jnp.tanh(x @ w) * scale, "norm": jnp.sum(w * w)}
   w = jax.random.normal(jax.random.key(0), (3, 5, 4))  # 3 members
   x = jax.random.normal(jax.random.key(1), (6, 5))
-  vmapped = members.over_members(fn, (0, None, None), in_turn=False)(w, x, 2.0)
-  in_turn = members.over_members(fn, (0, None, None), in_turn=True)(w, x, 2.0)
+  vmapped = placement.over_members(fn, (0, None, None), in_turn=False)(w, x, 2.0)
+  in_turn = placement.over_members(fn, (0, None, None), in_turn=True)(w, x, 2.0)
   for key in ("y", "norm"):
     assert in_turn[key].shape == vmapped[key].shape
     np.testing.assert_allclose(in_turn[key], vmapped[key], rtol=1e-6)
 
 
 def test_cpu_runs_members_in_turn():
-  assert members.in_turn_default() == (jax.default_backend() == "cpu")
+  assert placement.in_turn_default() == (jax.default_backend() == "cpu")
 
 
 @pytest.mark.parametrize("in_axes", [(1, None), (None, None)])
 def test_bad_in_axes_are_refused(in_axes):
   with pytest.raises(ValueError, match="in_axes"):
-    members.over_members(lambda a, b: a, in_axes)
+    placement.over_members(lambda a, b: a, in_axes)
 
 
 def test_the_training_step_of_two_seeds_is_the_same_in_turn_as_vmapped():
@@ -58,7 +58,7 @@ def test_the_training_step_of_two_seeds_is_the_same_in_turn_as_vmapped():
   seeds = jnp.asarray([0, 1], jnp.uint32)
   out = {}
   for in_turn in (False, True):
-    fn = members.over_members(member, (0, 0, 0, 0, None, None, None), in_turn=in_turn)
+    fn = placement.over_members(member, (0, 0, 0, 0, None, None, None), in_turn=in_turn)
     out[in_turn] = jax.jit(fn)(params, rest, opt_state, seeds, src, tgt_in, tgt)
   (p_v, _, loss_v), (p_t, _, loss_t) = out[False], out[True]
   assert loss_t.shape == (2,) and abs(float(loss_t[0] - loss_t[1])) > 1e-4  # members differ

@@ -8,11 +8,12 @@ import sys
 
 import pytest
 
+from attention_jax.analysis import reports
 from attention_jax.data import batching
 from attention_jax.data import input_pipeline
-from attention_jax.training import config
+from attention_jax.sweep import config
+from attention_jax.sweep import runner
 from attention_jax.training import memory
-from attention_jax.training import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -80,12 +81,12 @@ def test_the_memory_is_shared_by_the_runs_that_train_at_once_not_by_the_flag(tmp
   for axes, runs in (((), 2), ((("learning_rate", (1e-3, 3e-3)),), 4)):
     seen.clear()
     with pytest.raises(ValueError, match="refused"):
-      sweep.run(cfg, str(tmp_path / "w"), axes=axes)
+      runner.run(cfg, str(tmp_path / "w"), axes=axes, report=reports.write)
     assert seen == [runs]
   seen.clear()
   with pytest.raises(ValueError, match="refused"):
-    sweep.run(cfg.replace(workers=3), str(tmp_path / "w"),
-              axes=(("learning_rate", (1e-3, 3e-3)),))
+    runner.run(cfg.replace(workers=3), str(tmp_path / "w"),
+               axes=(("learning_rate", (1e-3, 3e-3)),), report=reports.write)
   assert seen == [3]
   assert not (tmp_path / "w").exists()
 

@@ -10,11 +10,13 @@ import jax
 import pytest
 
 from attention_jax import benchmarking
-from attention_jax.training import config
+from attention_jax.analysis import reports
+from attention_jax.analysis import tables
+from attention_jax.sweep import config
+from attention_jax.sweep import runner
+from attention_jax.sweep import workdir as workdir_lib
+from attention_jax.training import files
 from attention_jax.training import provenance
-from attention_jax.training import reporting
-from attention_jax.training import rundir
-from attention_jax.training import sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FIELDS = {"commit", "dirty", "versions", "platform", "device_kind", "command", "xla_flags"}
@@ -145,8 +147,8 @@ def test_rows_written_before_provenance_still_load_and_report(tmp_path):
   rows = old + [new]
   arms = sorted({r["arm"] for r in rows})
   dims = sorted({r["dim"] for r in rows})
-  assert "| dim |" in reporting.britz_table(rows, arms, dims)
-  reporting.write_jsonl(str(tmp_path / "results.jsonl"), rows)
+  assert "| dim |" in tables.britz_table(rows, arms, dims)
+  files.write_jsonl(str(tmp_path / "results.jsonl"), rows)
   back = [json.loads(l) for l in open(tmp_path / "results.jsonl")]
   assert provenance.of(back[-1]) == provenance.fields()
   assert sum(provenance.KEY in r for r in back) == 1 + sum(provenance.KEY in r for r in old)
@@ -167,9 +169,9 @@ def test_an_old_workdir_reports_and_provenance_is_not_a_setting(tmp_path):
   its folder's settings still match, and the reports hold its rows."""
   cfg = config.from_preset("smoke").replace(arms=("additive",), dims=(8,), seeds=2)
   arm = config.Arm.of("additive", 8)
-  fp = rundir.fingerprint(cfg, arm)
+  fp = workdir_lib.fingerprint(cfg, arm)
   assert provenance.KEY not in fp
-  run_dir = rundir.Workdir(str(tmp_path)).run(arm)
+  run_dir = workdir_lib.Workdir(str(tmp_path)).run(arm)
   os.makedirs(run_dir.path)
   with open(run_dir.config, "w") as f:
     json.dump(fp, f)
@@ -177,8 +179,8 @@ def test_an_old_workdir_reports_and_provenance_is_not_a_setting(tmp_path):
                "params": 100, "steps": cfg.steps, "diagnostics": {}} for s in (0, 1)]
   with open(run_dir.result, "w") as f:
     json.dump(old_rows, f)
-  assert run_dir.check(fp, write=False) is None
-  table = sweep.report_only(cfg, str(tmp_path))
+  assert workdir_lib.check_run(run_dir, fp, write=False) is None
+  table = runner.report_only(cfg, str(tmp_path), report=reports.write)
   assert "10.50" in table
   rows = [json.loads(l) for l in open(tmp_path / "results.jsonl")]
   assert [r["seed"] for r in rows] == [0, 1]

@@ -13,14 +13,15 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from attention_jax.sweep import config
 from attention_jax.training import checkpoints
 from attention_jax.training import files
-from attention_jax.training import config
 from attention_jax.training import metrics_log
-from attention_jax.training import reporting
-from attention_jax.training import rundir
-from attention_jax.training import sweep
-from attention_jax.training import workdir_lock
+
+from attention_jax.analysis import reports
+from attention_jax.sweep import runner
+from attention_jax.sweep import workdir as workdir_lib
+from attention_jax.sweep import workdir_lock
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -31,7 +32,7 @@ def test_a_second_live_holder_is_refused_naming_the_first(tmp_path):
   holder = subprocess.Popen(
       [sys.executable, "-c", textwrap.dedent(f"""
           import sys, time
-          from attention_jax.training import workdir_lock
+          from attention_jax.sweep import workdir_lock
           with workdir_lock.WorkdirLock({str(tmp_path)!r}):
             print("locked", flush=True)
             sys.stdin.readline()
@@ -56,7 +57,7 @@ def test_the_lock_of_a_killed_process_is_taken_over_and_said_so(tmp_path):
   proc = subprocess.run(
       [sys.executable, "-c", textwrap.dedent(f"""
           import os, signal
-          from attention_jax.training import workdir_lock
+          from attention_jax.sweep import workdir_lock
           workdir_lock.WorkdirLock({str(tmp_path)!r}).acquire()
           os.kill(os.getpid(), signal.SIGKILL)
           """)], cwd=ROOT, capture_output=True, text=True)
@@ -159,7 +160,7 @@ def test_non_finite_numbers_are_written_as_null_in_every_row(tmp_path):
       {"step": 2, "seed": 0, "loss": None, "max_logit": None,
        "diagnostics": {"entropy": None, "saturated": None}}]
   rows = [{"arm": "additive", "val_ppl": float("nan"), "test_bleu": 1.5}]
-  reporting.write_jsonl(str(tmp_path / "results.jsonl"), rows)
+  files.write_jsonl(str(tmp_path / "results.jsonl"), rows)
   (line,) = (tmp_path / "results.jsonl").read_text().splitlines()
   assert json.loads(line, parse_constant=_refuse) == {"arm": "additive", "val_ppl": None,
                                                       "test_bleu": 1.5}
@@ -286,9 +287,9 @@ def _finished_workdir(tmp_path):
   workdir = str(tmp_path / "w")
   refs = ["a b c d", "e f g h", "i j k l"]
   for arm in _ARMS:
-    run_dir = rundir.Workdir(workdir).run(config.Arm.of(arm, 8))
+    run_dir = workdir_lib.Workdir(workdir).run(config.Arm.of(arm, 8))
     os.makedirs(run_dir.path)
-    run_dir.check(rundir.fingerprint(cfg, config.Arm.of(arm, 8)))
+    workdir_lib.check_run(run_dir, workdir_lib.fingerprint(cfg, config.Arm.of(arm, 8)))
     rows = [{"arm": arm, "dim": 8, "seed": seed, "params": 1000, "steps": cfg.steps,
              "test_bleu": 10.0 + seed, "val_bleu": 9.0, "val_ppl": 3.0,
              "diverged_at_step": None, "diagnostics": {}} for seed in (0, 1)]
@@ -304,7 +305,7 @@ def _finished_workdir(tmp_path):
 
 def test_the_hand_made_finished_workdir_reports(tmp_path, capsys):
   cfg, workdir = _finished_workdir(tmp_path)
-  table = sweep.report_only(cfg, workdir)
+  table = runner.report_only(cfg, workdir, report=reports.write)
   assert "10.50 ± 0.71 (11.00)" in table and "+0.00 (p = 1.000)" in table
   # The significance test says what it computes, and when it is done.
   out = capsys.readouterr().out.splitlines()
@@ -312,7 +313,7 @@ def test_the_hand_made_finished_workdir_reports(tmp_path, capsys):
   name = f"significance: {_ARMS[1]}_d8 against {_ARMS[0]}_d8"
   assert len(lines) == 2 and lines[0].startswith(name + ", 3 sentences, 10,000 paired")
   assert lines[1].startswith(name + " done in ") and lines[1].endswith(" s")
-  sweep.report_only(cfg, workdir)  # cached: computes nothing, says nothing
+  runner.report_only(cfg, workdir, report=reports.write)  # cached: computes nothing, says nothing
   assert "significance:" not in capsys.readouterr().out
 
 
@@ -329,7 +330,7 @@ def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damag
   with open(path, "wb") as f:
     f.write(damage if isinstance(damage, bytes) else damage.encode())
   with pytest.raises(ValueError) as info:
-    sweep.report_only(cfg, workdir)
+    runner.report_only(cfg, workdir, report=reports.write)
   message = str(info.value)
   assert path in message and "damaged" in message and "\n" not in message
   if name == "config.json":  # and the driver says so in one line
@@ -368,7 +369,7 @@ def test_a_run_file_of_the_wrong_shape_is_named_in_one_line(tmp_path, name, chan
   with open(path, "w") as f:
     json.dump(value, f)
   with pytest.raises(ValueError) as info:
-    sweep.report_only(cfg, workdir)
+    runner.report_only(cfg, workdir, report=reports.write)
   message = str(info.value)
   assert path in message and needle in message and "\n" not in message
   if needle.startswith("a different number"):  # both files named: either may be the cut one
@@ -391,7 +392,7 @@ def test_a_setting_of_the_wrong_kind_in_config_json_is_named_in_one_line(tmp_pat
   with open(path, "w") as f:
     json.dump(settings, f)
   with pytest.raises(ValueError) as info:
-    sweep.report_only(cfg, workdir)
+    runner.report_only(cfg, workdir, report=reports.write)
   message = str(info.value)
   assert path in message and "damaged" in message and "`steps`" in message
   assert "\n" not in message
@@ -400,7 +401,7 @@ def test_a_setting_of_the_wrong_kind_in_config_json_is_named_in_one_line(tmp_pat
   settings["steps"], settings["label_smoothing"] = cfg.steps, 0
   with open(path, "w") as f:
     json.dump(settings, f)
-  assert "10.50" in sweep.report_only(cfg, workdir)
+  assert "10.50" in runner.report_only(cfg, workdir, report=reports.write)
 
 
 def test_a_file_where_the_checkpoints_folder_belongs_is_refused_before_training(tmp_path):

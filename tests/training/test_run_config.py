@@ -1,13 +1,15 @@
-"""One sweep point's settings (`training/run_config.py`), derived from the flags."""
+"""One run's settings (`training/run_config.py`), derived from the flags
+(`sweep.config.ExperimentConfig.point`)."""
 
 import dataclasses
 
 import pytest
 
 from attention_jax.data import input_pipeline
-from attention_jax.training import config, run_config
+from attention_jax.sweep import config
+from attention_jax.training import run_config
 
-# The flat config a run's config.json and `rundir.fingerprint` are made of: a
+# The flat config a run's config.json and `workdir.fingerprint` are made of: a
 # workdir made before the nested configs existed resumes only if it stays so.
 DEFAULTS = {
     "arms": ("additive", "multiplicative", "scaled_multiplicative"),

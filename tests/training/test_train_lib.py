@@ -10,9 +10,11 @@ import jax
 import numpy as np
 import pytest
 
+from attention_jax.analysis import significance, tables
 from attention_jax.data import input_pipeline
-from attention_jax.training import checkpoints, config, evaluation, memory, metrics_log
-from attention_jax.training import reporting, run_config, significance, steps, train_lib
+from attention_jax.sweep import config
+from attention_jax.training import checkpoints, evaluation, memory, metrics_log
+from attention_jax.training import run_config, state as state_lib, steps, train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -141,7 +143,7 @@ def test_a_diverged_member_is_recorded_as_diverged_never_as_a_bleu(tmp_path, poi
   assert strict == metrics
   if poison == "nan_params":
     assert any(r["loss"] is None for r in strict if r["seed"] == 1 and "loss" in r)
-  table = reporting.britz_table(result.rows, ["additive"], [8])
+  table = tables.britz_table(result.rows, ["additive"], [8])
   assert "diverged (1 of 2 seeds)" in table
   other = {"references": result.translations["references"], "hypotheses": [["x"] * 8, None]}
   assert significance.compare_runs(other, result.translations)["p"] and \
@@ -174,7 +176,7 @@ def test_a_run_resumed_from_its_checkpoint_gives_the_uninterrupted_runs_numbers(
   history = metrics_log.MetricsLog(str(tmp_path / "pieces" / "metrics.jsonl"),
                                    write=False).read()
   older = {k: v for k, v in meta.items() if k != "best_ppl"}
-  np.testing.assert_allclose(train_lib.with_logged_best_ppl(older, history, (0, 1))["best_ppl"],
+  np.testing.assert_allclose(state_lib.with_logged_best_ppl(older, history, (0, 1))["best_ppl"],
                              meta["best_ppl"], rtol=5e-6)
   lines = []
   resumed = trainer.run(str(tmp_path / "pieces"), log=lines.append)
@@ -199,8 +201,10 @@ def test_decoder_input_shifts_right_and_keeps_filler_rows_empty():
 def test_data_parallel_on_four_cpu_devices_matches_one_device():
   script = textwrap.dedent("""
       import jax, numpy as np
+      from attention_jax.analysis import significance, tables
       from attention_jax.data import input_pipeline
-      from attention_jax.training import config, reporting, significance, train_lib
+      from attention_jax.sweep import config
+      from attention_jax.training import train_lib
       assert jax.device_count() == 4, jax.devices()
       cfg = config.from_preset("smoke", arms=("additive",), dims=(8,))
       data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)

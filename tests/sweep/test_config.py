@@ -1,6 +1,6 @@
 import pytest
 
-from attention_jax.training import config
+from attention_jax.sweep import config
 
 
 @pytest.mark.parametrize("preset", list(config.PRESETS))

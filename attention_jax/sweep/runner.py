@@ -3,9 +3,12 @@ optionally a grid over further config fields (`--sweep`).
 
 This module plans: a `Plan` lists the workdirs to train (the sweep's, or one
 per grid point) and hands out one `Job` per `config.Arm` of each; a job's
-run folder is resumed, extended or skipped by the rules of `rundir` (which
+run folder is resumed, extended or skipped by the rules of `workdir` (which
 also gives the workdir layout), trained here one after another or by
-`workers` in parallel processes, and reported by `reports`.
+`workers` in parallel processes (each run by `training.train_lib`), and
+reported by the `Report` function the driver hands in
+(`attention_jax.analysis.reports.write`): reading results is a layer above
+the sweep, which only says when a workdir's reports are due.
 """
 
 from __future__ import annotations
@@ -15,23 +18,33 @@ import dataclasses
 import os
 import signal
 import time
-from typing import Callable
+from typing import Callable, Protocol, Sequence
 
 import jax
 import numpy as np
 
-from attention_jax.training import config as config_lib
-from attention_jax.training import datasets as datasets_lib
+from attention_jax.sweep import config as config_lib
+from attention_jax.sweep import datasets as datasets_lib
+from attention_jax.sweep import workdir as workdir_lib
+from attention_jax.sweep import workers
+from attention_jax.sweep.config import ExperimentConfig
 from attention_jax.training import files
 from attention_jax.training import interrupts
 from attention_jax.training import memory
 from attention_jax.training import multihost
 from attention_jax.training import provenance
-from attention_jax.training import reports
-from attention_jax.training import rundir
+from attention_jax.training import run_folder
 from attention_jax.training import train_lib
-from attention_jax.training import workers
-from attention_jax.training.config import ExperimentConfig
+
+
+class Report(Protocol):
+  """Writes the reports of a workdir from its finished runs and returns its
+  table: `report(workdir, cfg)` those of one workdir (the sweep's, or a grid
+  point's), `report(workdir, cfg, grid)` the pivoted ones of a `--sweep`
+  grid. The sweep calls it after every finished run and at the end."""
+
+  def __call__(self, workdir: workdir_lib.Workdir, cfg: ExperimentConfig,
+               grid: Sequence[config_lib.GridPoint] | None = None) -> str: ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +52,7 @@ class Point:
   """A workdir the sweep trains: one grid point (`name` its folder), or the
   sweep itself without a grid (`name` None)."""
   config: ExperimentConfig
-  workdir: rundir.Workdir
+  workdir: workdir_lib.Workdir
   name: str | None = None
 
   def jobs(self) -> tuple[Job, ...]:
@@ -57,7 +70,7 @@ class Job:
     return self.point.config
 
   @property
-  def run(self) -> rundir.RunDir:
+  def run(self) -> run_folder.RunDir:
     return self.point.workdir.run(self.arm)
 
   @property
@@ -69,15 +82,18 @@ class Job:
 @dataclasses.dataclass(frozen=True)
 class Plan:
   """The workdirs of a sweep: `config` in `workdir`, or with `grid` one
-  workdir per `config.GridPoint` inside it."""
+  workdir per `config.GridPoint` inside it; `report_fn` writes their reports
+  (None: a plan that only lists its jobs)."""
   config: ExperimentConfig
-  workdir: rundir.Workdir
+  workdir: workdir_lib.Workdir
   grid: tuple[config_lib.GridPoint, ...] | None = None
+  report_fn: Report | None = None
 
   @classmethod
   def of(cls, cfg: ExperimentConfig, workdir: str,
-         axes: tuple[tuple[str, tuple], ...] = ()) -> Plan:
-    return cls(cfg, rundir.Workdir(workdir), config_lib.grid(cfg, axes) if axes else None)
+         axes: tuple[tuple[str, tuple], ...] = (), report: Report | None = None) -> Plan:
+    return cls(cfg, workdir_lib.Workdir(workdir), config_lib.grid(cfg, axes) if axes else None,
+               report)
 
   @property
   def points(self) -> tuple[Point, ...]:
@@ -102,37 +118,38 @@ class Plan:
 
   def report(self, point: Point) -> None:
     """The reports after one of `point`'s runs finished: its own, and the grid's."""
-    reports.write_reports(point.workdir, point.config)
+    self.report_fn(point.workdir, point.config)
     if self.grid is not None:
-      reports.write_grid_reports(self.workdir, self.config, self.grid)
+      self.report_fn(self.workdir, self.config, self.grid)
 
   def report_all(self, existing_only: bool = False) -> str:
     """Every report; returns the sweep's table (the grid's with a grid)."""
-    tables = [reports.write_reports(p.workdir, p.config) for p in self.points
+    tables = [self.report_fn(p.workdir, p.config) for p in self.points
               if p.workdir.exists or not existing_only]
     if self.grid is not None:
-      return reports.write_grid_reports(self.workdir, self.config, self.grid)
+      return self.report_fn(self.workdir, self.config, self.grid)
     return tables[0]
 
 
-def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
+def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
         log: Callable[[str], None] = print,
         data=None, axes: tuple[tuple[str, tuple], ...] = ()) -> str | None:
-  """Runs (or resumes) the whole sweep; returns the table, or None if stopped early.
+  """Runs (or resumes) the whole sweep, writing its reports with `report`
+  after every finished run; returns the table, or None if stopped early.
 
   `axes` (`config.parse_axis` results) make it a grid: one workdir per point
-  under `workdir` (`rundir`). With `cfg.workers > 1` the unfinished
+  under `workdir` (`workdir.Workdir.point`). With `cfg.workers > 1` the unfinished
   (point, arm, dim) runs are trained that many at a time, each in its own
   process on one core (largest dimension first, so the longest runs
   start first); otherwise one after another here. A run whose parameters
   and optimiser state alone cannot fit in memory is refused before the
   workdir is made (`memory.check_memory`).
   """
-  plan = Plan.of(cfg, workdir, axes)
+  plan = Plan.of(cfg, workdir, axes, report)
   # The memory is shared by the runs that train at once, never more than the
   # sweep has, whatever `--workers` says (`memory.check_memory`, evaluation budgets).
   cfg = cfg.replace(workers=min(cfg.workers, len(plan.jobs())))
-  plan = Plan.of(cfg, workdir, axes)
+  plan = Plan.of(cfg, workdir, axes, report)
   data_sets = datasets_lib.Datasets()
   if data is not None:
     data_sets.put(cfg, data)
@@ -150,15 +167,16 @@ def run(cfg: ExperimentConfig, workdir: str, *, mesh=None,
 
 
 def report_only(cfg: ExperimentConfig, workdir: str,
-                axes: tuple[tuple[str, tuple], ...] = ()) -> str:
+                axes: tuple[tuple[str, tuple], ...] = (), *, report: Report) -> str:
   """Rewrites every report of `workdir` from its finished runs and trains
   nothing (a partial grid's table shows '–' where a run is missing)."""
   if not os.path.isdir(workdir):
     raise ValueError(f"`--workdir` {workdir} does not exist: nothing to report.")
-  plan = Plan.of(cfg, workdir, axes)
+  plan = Plan.of(cfg, workdir, axes, report)
   with plan.locks(existing_only=True):
     for job in plan.jobs():
-      old_steps = job.run.check(rundir.fingerprint(job.config, job.arm), write=False)
+      old_steps = workdir_lib.check_run(job.run, workdir_lib.fingerprint(job.config, job.arm),
+                                        write=False)
       if old_steps is not None:
         raise ValueError(f"{job.run.path} holds a run of {old_steps} steps, not "
                          f"{job.config.steps}: drop --report_only to extend it, or ask "
@@ -171,12 +189,12 @@ def _prepare(job: Job, log: Callable[[str], None]) -> bool:
   extends a shorter run there; whether the job is still to train."""
   run_dir = job.run
   os.makedirs(run_dir.path, exist_ok=True)
-  fp = rundir.fingerprint(job.config, job.arm)
-  old_steps = run_dir.check(fp)
+  fp = workdir_lib.fingerprint(job.config, job.arm)
+  old_steps = workdir_lib.check_run(run_dir, fp)
   # Every process has read the folder before the primary changes it.
   if multihost.agree(old_steps is not None):
     if multihost.is_primary():
-      run_dir.extend(fp, old_steps)
+      workdir_lib.extend_run(run_dir, fp, old_steps)
     multihost.sync(f"extend {run_dir.path}")
     log(f"[{job.label}] extended from {old_steps} to {fp['steps']} steps")
   if run_dir.finished:
@@ -232,8 +250,8 @@ def train_job(job: Job, *, log: Callable[[str], None], deadline: float | None) -
                      log=log, deadline=deadline, label=job.label)
 
 
-def train_group(cfg: ExperimentConfig, run_dir: rundir.RunDir, arm: config_lib.Arm, data, *,
-                mesh=None, log: Callable[[str], None] = print,
+def train_group(cfg: ExperimentConfig, run_dir: run_folder.RunDir, arm: config_lib.Arm, data,
+                *, mesh=None, log: Callable[[str], None] = print,
                 deadline: float | None = None, label: str | None = None) -> bool:
   """Trains (or resumes) one sweep point in `run_dir` and writes its results;
   False if `deadline` stopped it first (its checkpoint is saved)."""

@@ -1,5 +1,6 @@
 """The workdir layout, the run identity and the resume/extend rules
-(`training/rundir.py`), and the sweep's plan of jobs (`training/sweep.py`)."""
+(`sweep/workdir.py`, `training/run_folder.py`), and the sweep's plan of jobs
+(`sweep/runner.py`)."""
 
 import glob
 import json
@@ -10,10 +11,11 @@ import textwrap
 
 import pytest
 
-from attention_jax.training import config
-from attention_jax.training import rundir
-from attention_jax.training import sweep
-from attention_jax.training import workdir_lock
+from attention_jax.sweep import config
+from attention_jax.sweep import runner
+from attention_jax.sweep import workdir as workdir_lib
+from attention_jax.sweep import workdir_lock
+from attention_jax.training import run_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -21,7 +23,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_every_path_has_the_name_existing_workdirs_use():
   """The names are a contract with the workdirs on disk: a renamed file
   would make a finished run look unfinished."""
-  w = rundir.Workdir("/w")
+  w = workdir_lib.Workdir("/w")
   run = w.run(config.Arm.of("scaled_multiplicative", 1024))
   r = "/w/runs/scaled_multiplicative_d1024"
   assert run.path == r
@@ -43,14 +45,14 @@ def test_every_path_has_the_name_existing_workdirs_use():
 
 def test_the_fingerprint_is_every_setting_that_changes_numbers_as_json_gives_it_back():
   cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8, 16))
-  fp = rundir.fingerprint(cfg, config.Arm.of("multiplicative", 16))
+  fp = workdir_lib.fingerprint(cfg, config.Arm.of("multiplicative", 16))
   fields = set(cfg.to_dict())
-  assert set(fp) == fields - set(rundir.RESUMABLE_FIELDS) | {"arm", "dim"}
+  assert set(fp) == fields - set(workdir_lib.RESUMABLE_FIELDS) | {"arm", "dim"}
   assert (fp["arm"], fp["dim"]) == ("multiplicative", 16)
   assert fp == json.loads(json.dumps(fp))  # what config.json holds compares equal
   assert fp["steps"] == cfg.steps and fp["learning_rate"] == cfg.learning_rate
   # Changing one of these must not restart a run: existing workdirs resume under them.
-  assert set(rundir.RESUMABLE_FIELDS) == {
+  assert set(workdir_lib.RESUMABLE_FIELDS) == {
       "arms", "dims", "max_minutes", "log_every", "workers", "eval_batch_size",
       "eval_memory_gb", "additive_max_dim", "baseline", "data_dir"}
 
@@ -59,25 +61,26 @@ def test_the_fields_that_change_no_number_are_one_list_for_resuming_and_sweeping
   # They were two lists that disagreed: naming the default data folder with
   # --data_dir refused a resume although --sweep rejected data_dir as changing
   # nothing, and --sweep=baseline=a,b trained the same runs twice.
-  assert rundir.RESUMABLE_FIELDS == config.UNSWEEPABLE == ("arms", "dims") + config.NO_NUMBERS
+  assert workdir_lib.RESUMABLE_FIELDS == config.UNSWEEPABLE == ("arms", "dims") + config.NO_NUMBERS
   for name in ("data_dir", "additive_max_dim", "baseline"):
     assert name in config.NO_NUMBERS
     with pytest.raises(ValueError, match=f"cannot vary `{name}`: it does not change"):
       config.parse_axis(f"{name}=a,b" if name != "additive_max_dim" else f"{name}=8,16")
   cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8,))
   arm = config.Arm.of("additive", 8)
-  run = rundir.Workdir(str(tmp_path)).run(arm)
+  run = workdir_lib.Workdir(str(tmp_path)).run(arm)
   os.makedirs(run.path)
-  assert run.check(rundir.fingerprint(cfg, arm)) is None
+  assert workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm)) is None
   for changes in ({"data_dir": str(tmp_path / "data")}, {"baseline": "multiplicative"},
                   {"additive_max_dim": 8}):
-    assert run.check(rundir.fingerprint(cfg.replace(**changes), arm)) is None  # resumed
+    resumed = workdir_lib.fingerprint(cfg.replace(**changes), arm)
+    assert workdir_lib.check_run(run, resumed) is None
   # A folder made when data_dir was part of a run's identity resumes too.
   with open(run.config) as f:
     recorded = json.load(f)
   with open(run.config, "w") as f:
     json.dump({**recorded, "data_dir": "/elsewhere"}, f)
-  assert run.check(rundir.fingerprint(cfg, arm)) is None
+  assert workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm)) is None
 
 
 def test_the_committed_grid_runs_still_match_the_command_that_made_them():
@@ -89,28 +92,30 @@ def test_the_committed_grid_runs_still_match_the_command_that_made_them():
   cfg = config.from_preset("quick", steps=2500, dims=(128, 1024),
                            arms=("additive", "multiplicative", "scaled_multiplicative",
                                  "qk_norm"))
-  plan = sweep.Plan.of(cfg, os.path.join(ROOT, "results", "lr_cpu"),
+  plan = runner.Plan.of(cfg, os.path.join(ROOT, "results", "lr_cpu"),
                        (("learning_rate", (3e-4, 1e-3, 3e-3)),))
   jobs = plan.jobs()
   assert len(jobs) == 24 and {j.point.workdir.path for j in jobs} == set(folders)
   for job in jobs:
     assert job.run.finished, job.run.path
-    assert job.run.check(rundir.fingerprint(job.config, job.arm), write=False) is None
+    fp = workdir_lib.fingerprint(job.config, job.arm)
+    assert workdir_lib.check_run(job.run, fp, write=False) is None
 
 
 def test_a_new_folder_records_its_settings_and_refuses_others(tmp_path):
   cfg = config.from_preset("smoke", arms=("additive",), dims=(8,))
   arm = config.Arm.of("additive", 8)
-  run = rundir.Workdir(str(tmp_path)).run(arm)
+  run = workdir_lib.Workdir(str(tmp_path)).run(arm)
   os.makedirs(run.path)
-  fp = rundir.fingerprint(cfg, arm)
-  assert run.check(fp) is None
+  fp = workdir_lib.fingerprint(cfg, arm)
+  assert workdir_lib.check_run(run, fp) is None
   with open(run.config) as f:
     assert f.read() == json.dumps(fp, indent=1, sort_keys=True)
-  assert run.check(fp) is None  # the same settings: resumed
-  assert run.check(rundir.fingerprint(cfg.replace(workers=2, log_every=7), arm)) is None
+  assert workdir_lib.check_run(run, fp) is None  # the same settings: resumed
+  bookkeeping = workdir_lib.fingerprint(cfg.replace(workers=2, log_every=7), arm)
+  assert workdir_lib.check_run(run, bookkeeping) is None
   with pytest.raises(ValueError, match="learning_rate") as info:
-    run.check(rundir.fingerprint(cfg.replace(learning_rate=0.5), arm))
+    workdir_lib.check_run(run, workdir_lib.fingerprint(cfg.replace(learning_rate=0.5), arm))
   assert run.path in str(info.value)
 
 
@@ -118,31 +123,31 @@ def test_a_longer_run_extends_a_finished_one_and_keeps_its_result(tmp_path):
   cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), steps=40, eval_every=20,
                            diag_every=20, schedule="constant")
   arm = config.Arm.of("additive", 8)
-  run = rundir.Workdir(str(tmp_path)).run(arm)
+  run = workdir_lib.Workdir(str(tmp_path)).run(arm)
   os.makedirs(run.path)
-  run.check(rundir.fingerprint(cfg, arm))
+  workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm))
   with open(run.result, "w") as f:
     json.dump([{"seed": 0}], f)
-  longer = rundir.fingerprint(cfg.replace(steps=80), arm)
-  assert run.check(longer, write=False) == 40
-  run.extend(longer, 40)
+  longer = workdir_lib.fingerprint(cfg.replace(steps=80), arm)
+  assert workdir_lib.check_run(run, longer, write=False) == 40
+  workdir_lib.extend_run(run, longer, 40)
   assert not run.finished
   with open(run.result_of(40)) as f:
     assert json.load(f) == [{"seed": 0}]
-  assert run.check(longer) is None  # now a run of 80 steps
+  assert workdir_lib.check_run(run, longer) is None  # now a run of 80 steps
   with pytest.raises(ValueError, match="cannot be shortened"):
-    run.check(rundir.fingerprint(cfg.replace(steps=60), arm))
+    workdir_lib.check_run(run, workdir_lib.fingerprint(cfg.replace(steps=60), arm))
 
 
 def test_the_plan_hands_out_one_job_per_arm_of_each_point():
   cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8, 16),
                            additive_max_dim=8)
-  flat = sweep.Plan.of(cfg, "/w").jobs()
+  flat = runner.Plan.of(cfg, "/w").jobs()
   assert [j.arm for j in flat] == list(cfg.sweep()) and len(flat) == 3
   assert [j.label for j in flat] == ["additive d=8", "multiplicative d=8",
                                      "multiplicative d=16"]
   assert flat[2].run.path == "/w/runs/multiplicative_d16"
-  grid = sweep.Plan.of(cfg, "/w", (("learning_rate", (1e-3, 3e-3)),)).jobs()
+  grid = runner.Plan.of(cfg, "/w", (("learning_rate", (1e-3, 3e-3)),)).jobs()
   assert len(grid) == 6
   assert grid[3].label == "learning_rate=0.003 additive d=8"
   assert grid[3].run.path == "/w/learning_rate=0.003/runs/additive_d8"
@@ -151,11 +156,11 @@ def test_the_plan_hands_out_one_job_per_arm_of_each_point():
 
 def test_a_refused_grid_point_lock_releases_the_locks_taken_before_it(tmp_path):
   cfg = config.from_preset("smoke", arms=("additive",), dims=(8,))
-  plan = sweep.Plan.of(cfg, str(tmp_path), (("learning_rate", (1e-3, 3e-3)),))
+  plan = runner.Plan.of(cfg, str(tmp_path), (("learning_rate", (1e-3, 3e-3)),))
   busy = plan.points[1].workdir.path
   holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
       import sys, time
-      from attention_jax.training import workdir_lock
+      from attention_jax.sweep import workdir_lock
       with workdir_lock.WorkdirLock({busy!r}, log=lambda _: None):
         print("held", flush=True)
         time.sleep(60)

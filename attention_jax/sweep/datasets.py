@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from attention_jax.data import input_pipeline
 from attention_jax.data import synthetic
-from attention_jax.training.config import ExperimentConfig
+from attention_jax.sweep.config import ExperimentConfig
 
 
 def load(dataset: str, *, max_length: int, vocab_size: int, data_dir: str = ""):

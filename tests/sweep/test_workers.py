@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from attention_jax.sweep import workers
 from attention_jax.training import interrupts
-from attention_jax.training import workers
 
 
 @dataclasses.dataclass(frozen=True)

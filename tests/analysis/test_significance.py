@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from attention_jax.training import reporting, significance
+from attention_jax.analysis import tables, significance
 
 _WORDS = "el de la que y a en los se del las un por con no una su para es al lo como".split()
 
@@ -51,7 +51,7 @@ def test_different_outputs_of_equal_bleu_are_not_significant(case):
   out = significance.paired_test(baseline, system, refs, trials=200)
   assert out["delta"] == 0.0 and out["p"] == 1.0
   runs = [{"references": refs, "hypotheses": [h]} for h in (baseline, system)]
-  table = reporting.significance_table(
+  table = tables.significance_table(
       {("multiplicative", 8): significance.compare_runs(*runs, trials=200)},
       ["additive", "multiplicative"], [8], "additive")
   assert "| 8 | +0.00 (p = 1.000) |" in table
@@ -71,7 +71,7 @@ def test_outputs_that_differ_in_one_sentence_of_32_are_not_significant():
   assert 0 < abs(out["delta"]) < 3
   assert out["p"] == 1.0
   runs = [{"references": refs, "hypotheses": [h]} for h in (baseline, system)]
-  table = reporting.significance_table(
+  table = tables.significance_table(
       {("multiplicative", 8): significance.compare_runs(*runs, trials=500)},
       ["additive", "multiplicative"], [8], "additive")
   assert f"| 8 | {out['delta']:+.2f} (p = 1.000) |" in table
@@ -144,10 +144,11 @@ def test_the_sweep_caches_each_comparison_under_its_inputs_and_format(tmp_path):
   translations and the same result format; anything else is recomputed."""
   import json
   import os
-  from attention_jax.training import config, reports, rundir
+  from attention_jax.analysis import reports
+  from attention_jax.sweep import config, workdir as workdir_lib
   refs, noisy = _systems(n=60)
   runs = {"additive": [noisy(0.8), noisy(0.8)], "multiplicative": [noisy(0.4), noisy(0.4)]}
-  workdir = rundir.Workdir(str(tmp_path))
+  workdir = workdir_lib.Workdir(str(tmp_path))
   for arm, hyps in runs.items():
     folder = workdir.run(config.Arm.of(arm, 8))
     os.makedirs(folder.path)

@@ -2,7 +2,11 @@ import os
 
 import numpy as np
 
-from attention_jax.training import reporting
+from attention_jax.analysis import tables
+
+from attention_jax.analysis import plots
+
+from attention_jax.training import files
 
 
 def _rows():
@@ -15,7 +19,7 @@ def _rows():
 
 
 def test_britz_table_mean_std_max():
-  table = reporting.britz_table(_rows(), ["additive", "multiplicative"], [128, 1024])
+  table = tables.britz_table(_rows(), ["additive", "multiplicative"], [128, 1024])
   lines = table.strip().splitlines()
   assert lines[0] == "| dim | additive | multiplicative | params |"
   # additive: mean 21, sample std sqrt(2) = 1.41, max 22; multiplicative: 12 ± 2 (14)
@@ -26,7 +30,7 @@ def test_britz_table_mean_std_max():
 def test_perplexity_table_brackets_the_minimum_and_omits_params():
   rows = [{"arm": "additive", "dim": 8, "seed": s, "val_ppl": v, "params": 10}
           for s, v in enumerate((4.0, 6.0))]
-  table = reporting.britz_table(rows, ["additive"], [8], metric="val_ppl", best=min,
+  table = tables.britz_table(rows, ["additive"], [8], metric="val_ppl", best=min,
                                 params=False)
   assert table.splitlines()[0] == "| dim | additive |"
   assert "| 8 | 5.00 ± 1.41 (4.00) |" in table
@@ -35,7 +39,7 @@ def test_perplexity_table_brackets_the_minimum_and_omits_params():
 def test_significance_table():
   tests = {("multiplicative", 128): {"delta": -3.456, "p_max": 0.0001, "p": [0.0001]},
            ("multiplicative", 1024): {"delta": 0.5, "p_max": 0.25, "p": [0.1, 0.25]}}
-  table = reporting.significance_table(tests, ["additive", "multiplicative"], [128, 1024, 2048],
+  table = tables.significance_table(tests, ["additive", "multiplicative"], [128, 1024, 2048],
                                        "additive")
   lines = table.splitlines()
   assert lines[0] == "| dim | multiplicative − additive |"
@@ -44,21 +48,21 @@ def test_significance_table():
   assert "| 2048 | – |" in lines
   tests[("multiplicative", 2048)] = {"delta": -0.91, "deltas": [-3.6, 1.78], "signs_agree": False,
                                      "p_max": 0.0002, "p": [0.0001, 0.0002]}
-  lines = reporting.significance_table(tests, ["additive", "multiplicative"], [2048],
+  lines = tables.significance_table(tests, ["additive", "multiplicative"], [2048],
                                        "additive").splitlines()
   assert lines[2] == "| 2048 | -0.91 (p < 0.001; seed pairs disagree: -3.60, +1.78) |"
 
 
 def test_plots_are_written(tmp_path):
   rows = _rows()
-  reporting.plot_ablation(rows, ["additive", "multiplicative"], str(tmp_path / "a.png"))
+  plots.plot_ablation(rows, ["additive", "multiplicative"], str(tmp_path / "a.png"))
   hist = {("additive", 128): [{"step": s, "seed": 0, "logit_std": 1.0 + s, "entropy": 0.5}
                               for s in (10, 20)]}
-  reporting.plot_diagnostics(hist, ["additive"], str(tmp_path / "d.png"))
-  reporting.plot_validation({("additive", 128): [{"step": s, "seed": 0, "val_bleu": s / 2,
+  plots.plot_diagnostics(hist, ["additive"], str(tmp_path / "d.png"))
+  plots.plot_validation({("additive", 128): [{"step": s, "seed": 0, "val_bleu": s / 2,
                                                   "val_ppl": 100 / s} for s in (10, 20)]},
                             ["additive"], str(tmp_path / "v.png"))
-  reporting.plot_attention({"src": ["a", "b", "</s>"], "hyp": ["x", "</s>"],
+  plots.plot_attention({"src": ["a", "b", "</s>"], "hyp": ["x", "</s>"],
                             "weights": np.full((2, 3), 1 / 3)}, "t", str(tmp_path / "h.png"))
   for name in ("a.png", "d.png", "v.png", "h.png"):
     with open(tmp_path / name, "rb") as f:
@@ -69,7 +73,7 @@ def test_plots_are_written(tmp_path):
 def test_write_jsonl_roundtrip(tmp_path):
   import json
   path = str(tmp_path / "r.jsonl")
-  reporting.write_jsonl(path, _rows())
+  files.write_jsonl(path, _rows())
   with open(path) as f:
     back = [json.loads(line) for line in f]
   assert back == [dict(sorted(r.items())) for r in _rows()]
@@ -108,24 +112,24 @@ def _transformer_rows():
 
 def test_the_kinds_are_the_models():
   from attention_jax.models.transformer import ATTENTION_KINDS
-  assert set(reporting.KINDS) == set(ATTENTION_KINDS.values())
+  assert set(tables.KINDS) == set(ATTENTION_KINDS.values())
 
 
 def test_a_kind_is_its_layer_furthest_towards_saturation():
   d = _kind_diagnostics(300.0)
-  assert reporting.layer_values(d, "max_logit", "decoder_self") == {0: 300.0, 1: 80.0}
-  assert reporting.kind_value(d, "max_logit", "encoder_self") == 200.0  # its second layer
-  assert reporting.kind_value(d, "saturated", "decoder_self") == 0.9  # the largest share
-  assert reporting.kind_value(d, "entropy", "encoder_self") == 0.05  # the lowest entropy
-  assert reporting.kind_value({**d, "max_logit_cross_l1": None}, "max_logit", "cross") == 14.0
-  assert reporting.kind_value(_rows()[0], "max_logit", "cross") is None  # the RNN: none
-  assert not reporting.has_kinds(_rows()) and reporting.has_kinds(_transformer_rows())
+  assert tables.layer_values(d, "max_logit", "decoder_self") == {0: 300.0, 1: 80.0}
+  assert tables.kind_value(d, "max_logit", "encoder_self") == 200.0  # its second layer
+  assert tables.kind_value(d, "saturated", "decoder_self") == 0.9  # the largest share
+  assert tables.kind_value(d, "entropy", "encoder_self") == 0.05  # the lowest entropy
+  assert tables.kind_value({**d, "max_logit_cross_l1": None}, "max_logit", "cross") == 14.0
+  assert tables.kind_value(_rows()[0], "max_logit", "cross") is None  # the RNN: none
+  assert not tables.has_kinds(_rows()) and tables.has_kinds(_transformer_rows())
   # a metrics-log row has them as its own fields
-  assert reporting.with_kind_values({"step": 5, **d})["max_logit_decoder_self"] == 300.0
+  assert tables.with_kind_values({"step": 5, **d})["max_logit_decoder_self"] == 300.0
 
 
 def test_kind_table_means_each_kinds_summary_over_seeds():
-  table = reporting.kind_table(_transformer_rows(), ["dot", "scaled_dot"], [16, 128],
+  table = tables.kind_table(_transformer_rows(), ["dot", "scaled_dot"], [16, 128],
                                "max_logit").splitlines()
   assert table[0] == "| arm | dim | encoder_self | decoder_self | cross |"
   # dot: decoder self (300 + 400) / 2; the encoder's second layer; the cross attention's first
@@ -133,16 +137,16 @@ def test_kind_table_means_each_kinds_summary_over_seeds():
   # scaled_dot's diverged seed (1e6) counts in no mean and is named
   assert table[3] == "| scaled_dot (1 of 3 seeds diverged) | 16 | 200.0 | 80.0 | 14.0 |"
   assert len(table) == 4  # no row for d = 128, which has no runs
-  saturated = reporting.kind_table(_transformer_rows(), ["dot"], [16], "saturated")
+  saturated = tables.kind_table(_transformer_rows(), ["dot"], [16], "saturated")
   assert "| dot | 16 | 60% | 90% | 1% |" in saturated
-  entropy = reporting.kind_table(_transformer_rows(), ["dot"], [16], "entropy")
+  entropy = tables.kind_table(_transformer_rows(), ["dot"], [16], "entropy")
   assert "| dot | 16 | 0.050 | 0.010 | 0.710 |" in entropy
 
 
 def test_kind_table_per_layer_has_a_column_per_kind_and_layer():
   rows = [{**r, "diagnostics": {**r["diagnostics"], "max_logit_decoder_self_l0": 25184.4}}
           for r in _transformer_rows() if r["arm"] == "dot"]
-  lines = reporting.kind_table(rows, ["dot"], [16], "max_logit", per_layer=True).splitlines()
+  lines = tables.kind_table(rows, ["dot"], [16], "max_logit", per_layer=True).splitlines()
   assert lines[0] == ("| arm | dim | encoder_self l0 | encoder_self l1 | decoder_self l0 | "
                       "decoder_self l1 | cross l0 | cross l1 |")
   assert lines[2] == "| dot | 16 | 40.0 | 200.0 | 25,184 | 80.0 | 14.0 | 12.0 |"
@@ -152,8 +156,8 @@ def _fake_workdir(path, model_rows, metrics_rows):
   """A workdir with finished runs: `model_rows[arm]` its result rows,
   `metrics_rows[arm]` its metrics log."""
   import json
-  from attention_jax.training import config, rundir
-  workdir = rundir.Workdir(str(path))
+  from attention_jax.sweep import config, workdir as workdir_lib
+  workdir = workdir_lib.Workdir(str(path))
   for arm, rows in model_rows.items():
     run = workdir.run(config.Arm.of(arm, rows[0]["dim"]))
     os.makedirs(run.path)
@@ -183,7 +187,8 @@ def _read_png(path):
 
 
 def test_a_transformer_sweep_reports_every_kind_and_the_rnns_reports_do_not(tmp_path):
-  from attention_jax.training import config, reports
+  from attention_jax.analysis import reports
+  from attention_jax.sweep import config
   runs = _by_arm(_transformer_rows())
   workdir = _fake_workdir(tmp_path / "t", runs, {a: _history(r) for a, r in runs.items()})
   cfg = config.from_preset("transformer", arms=("dot", "scaled_dot"), dims=(16,))
@@ -205,12 +210,13 @@ def test_a_transformer_sweep_reports_every_kind_and_the_rnns_reports_do_not(tmp_
 
 
 def test_a_transformer_grid_reports_every_kind_and_an_rnn_grid_its_max_logit(tmp_path):
-  from attention_jax.training import config, reports, rundir
+  from attention_jax.analysis import reports
+  from attention_jax.sweep import config, workdir as workdir_lib
   for model, preset, arms, dim in (("transformer", "transformer", ("dot", "scaled_dot"), 16),
                                    ("rnn", "smoke", ("additive",), 128)):
     cfg = config.from_preset(preset, arms=arms, dims=(dim,))
     points = config.grid(cfg, (("learning_rate", (1e-3, 3e-3)),))
-    workdir = rundir.Workdir(str(tmp_path / model))
+    workdir = workdir_lib.Workdir(str(tmp_path / model))
     for p, scale in zip(points, (1.0, 10.0)):  # the larger learning rate: 10x the logits
       rows = _transformer_rows() if model == "transformer" else [
           {**r, "diagnostics": {"max_logit": 12.0}} for r in _rows() if r["arm"] == "additive"]

@@ -56,7 +56,7 @@ mu-P argument for Adam: lr*(d_k) falls like 1/d_k for `dot`, like d_k^-1/2 for
 
 import math
 
-from attention_jax.training.presets import transformer
+from attention_jax.sweep.presets import transformer
 
 FAILURE_MARGIN = math.log(1.2)  # nats of validation loss above a score's own best at that d_k
 LEARNING_RATES = (3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)

@@ -1,12 +1,13 @@
 """The reports of a sweep's workdir, rebuilt from its finished runs.
 
 `write_reports` writes one workdir's results.jsonl, table.md and plots;
-`write_grid_reports` the pivoted ones of a `--sweep` grid; for the
-Transformer both add its diagnostics per attention kind and layer (its
-global ones are the cross attention's); `significance`
-tests every arm against the baseline arm, cached per run (`rundir` names
-the files). Tables and plots are drawn by `reporting`, which looks its
-cells up by (arm name, row value).
+`write_grid_reports` the pivoted ones of a `--sweep` grid; `write` is either,
+as the sweep calls it (`sweep.runner.Report`). For the Transformer both add
+its diagnostics per attention kind and layer (its global ones are the cross
+attention's); `significance` tests every arm against the baseline arm,
+cached per run (`training.run_folder.RunDir` names the files). Tables and
+plots are drawn by `tables` and `plots`, which look their cells up by (arm
+name, row value).
 """
 
 from __future__ import annotations
@@ -16,16 +17,16 @@ import os
 import time
 from typing import Any, Sequence
 
+from attention_jax.analysis import plots
+from attention_jax.analysis import significance as significance_lib
+from attention_jax.analysis import tables
+from attention_jax.sweep.config import ExperimentConfig
+from attention_jax.sweep.config import GridPoint
+from attention_jax.sweep.workdir import Workdir
 from attention_jax.training import files
-from attention_jax.training import reporting
-from attention_jax.training import rundir
-from attention_jax.training import significance as significance_lib
-from attention_jax.training.config import Arm
-from attention_jax.training.config import ExperimentConfig
-from attention_jax.training.config import GridPoint
 from attention_jax.training.metrics_log import MetricsLog
-from attention_jax.training.rundir import RunDir
-from attention_jax.training.rundir import Workdir
+from attention_jax.training.run_config import Arm
+from attention_jax.training.run_folder import RunDir
 
 
 def baseline_arm(cfg: ExperimentConfig) -> str:
@@ -44,7 +45,7 @@ def _every_arm(cfg: ExperimentConfig) -> tuple[Arm, ...]:
 
 
 def _cells(by_arm: dict[Arm, Any]) -> dict[tuple[str, int], Any]:
-  """`by_arm` keyed as `reporting`'s tables and plots look up a cell."""
+  """`by_arm` keyed as `tables` and `plots` look up a cell."""
   return {(arm.name, arm.attention_dim): value for arm, value in by_arm.items()}
 
 
@@ -107,7 +108,7 @@ def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
       and cached.get("format", 1) == significance_lib.FORMAT):
     return cached["result"]
   # Read and checked as a pair: a damaged file, or references that differ, named.
-  pair = rundir.translations_to_compare(base_run, run)
+  pair = translations_to_compare(base_run, run)
   name = f"{os.path.basename(run.path)} against {os.path.basename(base_run.path)}"
   print(f"significance: {name}, {len(pair[0]['references'])} sentences, "
         f"{significance_lib.TRIALS:,} paired shuffles per seed pair ...", flush=True)
@@ -120,6 +121,22 @@ def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
   return result
 
 
+def translations_to_compare(base: RunDir, other: RunDir) -> tuple[dict, dict]:
+  """The test translations of the runs `base` and `other` (`test_translations`),
+  which must be of the same references: a ValueError of one line naming both
+  files if not (one was cut or comes from another test set)."""
+  first, second = base.test_translations(), other.test_translations()
+  if first["references"] != second["references"]:
+    differ = ("a different number of references "
+              f"({len(first['references'])} and {len(second['references'])})"
+              if len(first["references"]) != len(second["references"])
+              else "different references")
+    raise ValueError(f"{base.translations} and {other.translations} hold {differ}, so their "
+                     "runs cannot be compared; delete the wrong one and its run's "
+                     "result.json, and re-run the same command to evaluate that run again.")
+  return first, second
+
+
 def _test_set(cfg: ExperimentConfig) -> str:
   return f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
 
@@ -127,46 +144,56 @@ def _test_set(cfg: ExperimentConfig) -> str:
 def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
   """Regenerates results.jsonl, table.md and the plots from the finished runs."""
   rows = finished_rows(workdir, cfg)
-  reporting.write_jsonl(workdir.results, rows)
+  files.write_jsonl(workdir.results, rows)
   settings = (f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, "
               f"{cfg.seeds} seeds")
   parts = [
       f"Test BLEU (sacrebleu, beam {cfg.beam_size}, {_test_set(cfg)}), mean ± std (max) "
-      f"over seeds; {settings}.\n\n" + reporting.britz_table(rows, cfg.arms, cfg.dims)]
+      f"over seeds; {settings}.\n\n" + tables.britz_table(rows, cfg.arms, cfg.dims)]
   if any("val_ppl" in r for r in rows):
     parts.append(
         "Validation perplexity (teacher-forced, per target token, whole validation split; "
         "parameters of the best validation BLEU), mean ± std (min) over seeds.\n\n"
-        + reporting.britz_table(rows, cfg.arms, cfg.dims, metric="val_ppl", best=min))
+        + tables.britz_table(rows, cfg.arms, cfg.dims, metric="val_ppl", best=min))
   tests = significance(workdir, cfg)
   if tests:
     parts.append(
         f"Test BLEU difference to {baseline_arm(cfg)} at the same dimension, mean over "
         "seed pairs, with the largest p over the pairs (paired approximate randomisation "
         f"over test sentences, {significance_lib.TRIALS:,} trials, ties counted).\n\n"
-        + reporting.significance_table(_cells(tests), cfg.arms, cfg.dims, baseline_arm(cfg)))
-  if reporting.has_kinds(rows):  # the Transformer: every attention kind and layer
+        + tables.significance_table(_cells(tests), cfg.arms, cfg.dims, baseline_arm(cfg)))
+  if tables.has_kinds(rows):  # the Transformer: every attention kind and layer
     for caption, (stat, per_layer) in _kind_captions():
-      parts.append(f"{caption}.\n\n" + reporting.kind_table(rows, cfg.arms, cfg.dims, stat,
+      parts.append(f"{caption}.\n\n" + tables.kind_table(rows, cfg.arms, cfg.dims, stat,
                                                             per_layer=per_layer))
   text = "\n".join(parts)
   files.atomic_write(workdir.table, text)
   if rows:
-    reporting.plot_ablation(rows, cfg.arms, workdir.ablation_plot)
+    plots.plot_ablation(rows, cfg.arms, workdir.ablation_plot)
   for arm in _every_arm(cfg):
     run = workdir.run(arm)
     if os.path.exists(run.attention) and run.finished:
       attention = files.read_json(
           run.attention, dict, "delete it (the run's heat map is then left out)")
-      reporting.plot_attention(attention, f"{arm.name}, a={arm.attention_dim}, seed 0",
+      plots.plot_attention(attention, f"{arm.name}, a={arm.attention_dim}, seed 0",
                                workdir.attention_plot(arm))
   histories = _cells(_histories(workdir, cfg))
   if histories:
-    reporting.plot_diagnostics(histories, cfg.arms, workdir.diagnostics_plot)
-    reporting.plot_validation(histories, cfg.arms, workdir.validation_plot)
-    if reporting.has_kinds(r for log in histories.values() for r in log):
-      reporting.plot_kinds_history(histories, cfg.arms, workdir.kinds_plot)
+    plots.plot_diagnostics(histories, cfg.arms, workdir.diagnostics_plot)
+    plots.plot_validation(histories, cfg.arms, workdir.validation_plot)
+    if tables.has_kinds(r for log in histories.values() for r in log):
+      plots.plot_kinds_history(histories, cfg.arms, workdir.kinds_plot)
   return text
+
+
+def write(workdir: Workdir, cfg: ExperimentConfig,
+          grid: Sequence[GridPoint] | None = None) -> str:
+  """The reports the sweep asks for (`sweep.runner.Report`): with `grid`,
+  those of the grid in `workdir` (`write_grid_reports`), else those of the
+  one workdir (`write_reports`); returns its table."""
+  if grid is None:
+    return write_reports(workdir, cfg)
+  return write_grid_reports(workdir, cfg, grid)
 
 
 # What the per-kind tables say of how a kind's layers are summarised.
@@ -184,7 +211,7 @@ def _kind_captions():
   Why per kind: the Transformer's global diagnostics (`max_logit`, ...)
   are its cross attention's, and in `dot` the self attentions fail first."""
   for per_layer in (False, True):
-    for stat, _, _ in reporting.KIND_STATS:
+    for stat, _, _ in tables.KIND_STATS:
       where = ("per attention kind and layer" if per_layer else
                f"per attention kind ({_KIND_SUMMARIES[stat]})")
       yield (f"{_KIND_NAMES[stat]} {where} at the end of training (validation batch), "
@@ -239,7 +266,7 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
     point_histories = _histories(folder, cfg)
     if point_histories:
       histories[p.name] = _cells(point_histories)
-  reporting.write_jsonl(workdir.results, rows)
+  files.write_jsonl(workdir.results, rows)
 
   swept = set(points[0].values)
   beam = "swept" if {"beam_size", "test_examples"} & swept else (
@@ -251,7 +278,7 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
   parts = [f"Grid over {', '.join(f'`{k}`' for k in points[0].values)}; tables by "
            f"`{axis}` = {', '.join(map(str, axis_values))}; {fixed_settings} (every other "
            "setting as in each point's config.json).\n"]
-  kinds = reporting.has_kinds(rows)
+  kinds = tables.has_kinds(rows)
   if kinds:  # the global max_logit is the cross attention's: the kinds below have all three
     sections = tuple(s for s in sections if s[0] != "max_logit")
   for metric, best, caption in sections:
@@ -259,7 +286,7 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
     for fixed, dim, where in _slices(cfg, points, axis):
       subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
                 and all(r.get(k) == v for k, v in fixed.items())]
-      parts.append(f"{where}:\n\n" + reporting.britz_table(
+      parts.append(f"{where}:\n\n" + tables.britz_table(
           subset, cfg.arms, axis_values, metric=metric, best=best, params=False,
           row_label=axis))
   if tests:
@@ -270,24 +297,24 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
       for fixed, dim, where in _slices(cfg, points, axis):
         subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
                   and all(r.get(k) == v for k, v in fixed.items())]
-        parts.append(f"{where}:\n\n" + reporting.kind_table(
+        parts.append(f"{where}:\n\n" + tables.kind_table(
             subset, cfg.arms, axis_values, stat, row_label=axis, per_layer=per_layer))
   text = "\n".join(parts)
   files.atomic_write(workdir.table, text)
   if rows:
-    reporting.plot_sweep(rows, cfg.arms, axis, workdir.sweep_plot(axis))
+    plots.plot_sweep(rows, cfg.arms, axis, workdir.sweep_plot(axis))
     if kinds:
-      reporting.plot_kinds_sweep(rows, cfg.arms, axis, workdir.kinds_plot)
+      plots.plot_kinds_sweep(rows, cfg.arms, axis, workdir.kinds_plot)
   if histories:
     if kinds:  # a row of panels per kind, each the largest over its layers
       panels = [(f"max_logit_{kind}", f"largest logit, {kind.replace('_', ' ')}")
-                for kind in reporting.KINDS]
-      histories = {name: {cell: [reporting.with_kind_values(r) for r in log]
+                for kind in tables.KINDS]
+      histories = {name: {cell: [tables.with_kind_values(r) for r in log]
                           for cell, log in by_cell.items()}
                    for name, by_cell in histories.items()}
     else:
       panels = [("max_logit", "largest attention logit")]
-    reporting.plot_history_panels(histories, cfg.arms, panels, workdir.max_logit_plot)
+    plots.plot_history_panels(histories, cfg.arms, panels, workdir.max_logit_plot)
   return text
 
 
@@ -308,6 +335,6 @@ def _grid_significance(cfg: ExperimentConfig, points: Sequence[GridPoint], axis:
           result = tests.get(p.name, {}).get(Arm.of(name, dim))  # None: not finished
           if result is not None:
             keyed[(name, p.values[axis])] = result
-    parts.append(f"{where}:\n\n" + reporting.significance_table(
+    parts.append(f"{where}:\n\n" + tables.significance_table(
         keyed, cfg.arms, axis_values, base, row_label=axis))
   return parts

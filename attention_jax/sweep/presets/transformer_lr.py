@@ -23,7 +23,7 @@ clocks). Expected: the CPU grid's answer at more d_k, more learning rates and
 longer training, and whether pre-LN moves the thresholds.
 """
 
-from attention_jax.training.presets import transformer
+from attention_jax.sweep.presets import transformer
 
 OVERRIDES = {
     **transformer.OVERRIDES,

@@ -1,14 +1,16 @@
-"""Results of an ablation: the Britz-style table and the plots.
+"""The figures of results: the ablation, a grid's sweeps, histories, alignments.
 
 Every function here reads finished results (dicts as written to
-`results.jsonl`) and writes files atomically; none of them trains anything.
+`results.jsonl`, or `metrics.jsonl` histories) and writes a PNG atomically
+(`save_figure`); none of them trains anything. The tables of the same
+results are `tables`.
 """
 
 from __future__ import annotations
 
 import collections
 import io
-from typing import Callable, Iterable, Sequence
+from typing import Sequence
 
 import matplotlib
 
@@ -17,188 +19,8 @@ import matplotlib.ticker  # noqa: E402
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
+from attention_jax.analysis import tables  # noqa: E402
 from attention_jax.training import files  # noqa: E402
-
-
-def _fmt_params(n: int) -> str:
-  return f"{n / 1e6:.3f}M" if n >= 1e5 else f"{n / 1e3:.1f}K"
-
-
-def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence,
-                metric: str = "test_bleu", best: Callable = max,
-                params: bool = True, row_label: str = "dim") -> str:
-  """Markdown table: a row per dim, a column per arm, `mean ± std (best)` over seeds.
-
-  A `--sweep` grid pivots with it too: rows keyed by the swept value in
-  their `dim` entry, `dims` the swept values and `row_label` the axis.
-
-  The std is the sample standard deviation (ddof=1) as in Britz et al.; with a
-  single seed it is shown as 0. `best` picks the bracketed value (max for
-  BLEU, min for perplexity). The params column lists each arm's count when
-  they differ. Seeds whose run diverged (`diverged_at_step`) count in no mean
-  and are marked in the cell.
-  """
-  cells = collections.defaultdict(list)
-  diverged = collections.Counter()
-  counts = collections.defaultdict(set)
-  for r in rows:
-    if r.get("diverged_at_step"):
-      diverged[(r["arm"], r["dim"])] += 1
-    elif r.get(metric) is not None:
-      cells[(r["arm"], r["dim"])].append(r[metric])
-    counts[r["dim"]].add((r["arm"], r["params"]))
-  tail = " params |" if params else ""
-  lines = [f"| {row_label} | " + " | ".join(arms) + " |" + tail,
-           "|---|" + "---|" * len(arms) + ("---|" if params else "")]
-  for d in dims:
-    row = []
-    for a in arms:
-      vals = np.asarray(cells.get((a, d), []), np.float64)
-      n_div = diverged[(a, d)]
-      mark = f"diverged ({n_div} of {n_div + vals.size} seeds)" if n_div else ""
-      if vals.size == 0:
-        row.append(mark or "–")
-        continue
-      std = vals.std(ddof=1) if vals.size > 1 else 0.0
-      row.append(f"{vals.mean():.2f} ± {std:.2f} ({best(vals):.2f})"
-                 + (f", {mark}" if mark else ""))
-    line = f"| {d} | " + " | ".join(row) + " |"
-    if params:
-      found = sorted({p for _, p in counts[d]})
-      line += " " + (" / ".join(_fmt_params(p) for p in found) if found else "–") + " |"
-    lines.append(line)
-  return "\n".join(lines) + "\n"
-
-
-def _fmt_p(p: float) -> str:
-  return "p < 0.001" if p < 0.001 else f"p = {p:.3f}"
-
-
-def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
-                       dims: Sequence, baseline: str, row_label: str = "dim") -> str:
-  """Markdown table of `Δ BLEU (p)` per dim (or swept value, `row_label`)
-  and non-baseline arm, from `significance.compare_runs` results keyed by
-  (arm, dim); a cell whose seed pairs differ in opposite directions lists
-  the pairs' differences."""
-  others = [a for a in arms if a != baseline]
-  lines = [f"| {row_label} | " + " | ".join(f"{a} − {baseline}" for a in others) + " |",
-           "|---|" + "---|" * len(others)]
-  for d in dims:
-    row = []
-    for a in others:
-      t = tests.get((a, d))
-      if t is None:
-        row.append("–")
-      elif t["delta"] is None:
-        row.append("diverged")
-      elif t.get("signs_agree", True):
-        row.append(f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])})")
-      else:  # the mean hides pairs that differ in opposite directions
-        pairs = ", ".join(f"{x:+.2f}" for x in t["deltas"])
-        row.append(f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])}; seed pairs disagree: {pairs})")
-    lines.append(f"| {d} | " + " | ".join(row) + " |")
-  return "\n".join(lines) + "\n"
-
-
-# The Transformer's attention kinds, in the model's order (`transformer.
-# ATTENTION_KINDS`; not imported, so that reports need no model code).
-# `diagnostics.layer_metric` names their values `<stat>_<kind>_l<layer>`.
-KINDS = ("encoder_self", "decoder_self", "cross")
-# The per-kind statistics of the reports: (name, how the layers of a kind
-# are summarised, label). The summary takes the layer furthest towards
-# saturation (largest logit, largest saturated share, lowest entropy): a kind
-# fails where one of its layers does (in `dot` the decoder's first self
-# attention saturates before its second).
-KIND_STATS = (
-    ("max_logit", max, "largest attention logit"),
-    ("saturated", max, "share of query rows whose largest weight > 0.99"),
-    ("entropy", min, "entropy / log(#valid keys)"),
-)
-_SUMMARY = {stat: how for stat, how, _ in KIND_STATS}
-
-
-def layer_values(diagnostics: dict, stat: str, kind: str) -> dict[int, float]:
-  """`{layer: value}` of `stat` for the attention modules of `kind` in one
-  diagnostics dict (a metrics-log row, or a result row's `diagnostics`);
-  values logged as None (not finite) are left out."""
-  prefix = f"{stat}_{kind}_l"
-  return {int(k[len(prefix):]): float(v) for k, v in diagnostics.items()
-          if k.startswith(prefix) and k[len(prefix):].isdigit() and v is not None}
-
-
-def kind_value(diagnostics: dict, stat: str, kind: str) -> float | None:
-  """`stat` of `kind` summarised over its layers (`KIND_STATS`); None if
-  the dict has none (the RNN, or a value not finite in every layer)."""
-  values = layer_values(diagnostics, stat, kind).values()
-  return _SUMMARY[stat](values) if values else None
-
-
-def has_kinds(rows: Iterable[dict]) -> bool:
-  """Whether any row (a result row with `diagnostics`, or a metrics-log
-  row) holds per-kind values: a Transformer's; the RNN's have none."""
-  return any(layer_values(r.get("diagnostics") or r, stat, kind)
-             for r in rows for stat, _, _ in KIND_STATS for kind in KINDS)
-
-
-def with_kind_values(row: dict) -> dict:
-  """`row` with `<stat>_<kind>` (`kind_value`) for every per-kind statistic
-  of its diagnostics (its own fields for a metrics-log row), for the plots."""
-  diagnostics = row.get("diagnostics") or row
-  extra = {f"{stat}_{kind}": kind_value(diagnostics, stat, kind)
-           for stat, _, _ in KIND_STATS for kind in KINDS}
-  return {**row, **{k: v for k, v in extra.items() if v is not None}}
-
-
-def _fmt_stat(stat: str, x: float) -> str:
-  if stat == "saturated":
-    return f"{100 * x:.0f}%"
-  if stat == "entropy":
-    return f"{x:.3f}"
-  return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.1f}"  # logits: 14.5 to 25,184
-
-
-def kind_table(rows: Sequence[dict], arms: Sequence[str], values: Sequence, stat: str,
-               row_label: str = "dim", per_layer: bool = False) -> str:
-  """Markdown table of the end-of-training `stat` (a `KIND_STATS` name) of
-  every attention kind: a row per arm and row value (`r["dim"]`, as in
-  `britz_table`), a column per kind summarised over its layers
-  (`kind_value`), or with `per_layer` a column per kind and layer; each cell
-  the mean over seeds of the rows' `diagnostics`. Seeds whose run diverged
-  count in no mean and are named in the row; (arm, value) pairs without
-  rows are left out."""
-  kept, diverged = collections.defaultdict(list), collections.Counter()
-  for r in rows:
-    key = (r["arm"], r["dim"])
-    if r.get("diverged_at_step"):
-      diverged[key] += 1
-    else:
-      kept[key].append(r.get("diagnostics") or {})
-  every = [d for group in kept.values() for d in group]
-  if per_layer:
-    columns = sorted({(kind, layer) for d in every for kind in KINDS
-                      for layer in layer_values(d, stat, kind)},
-                     key=lambda c: (KINDS.index(c[0]), c[1]))
-    names = [f"{kind} l{layer}" for kind, layer in columns]
-    value_of = lambda d, c: layer_values(d, stat, c[0]).get(c[1])
-  else:
-    columns = [k for k in KINDS if any(layer_values(d, stat, k) for d in every)]
-    names = list(columns)
-    value_of = lambda d, c: kind_value(d, stat, c)
-  lines = [f"| arm | {row_label} | " + " | ".join(names) + " |",
-           "|---|---|" + "---|" * len(names)]
-  for arm in arms:
-    for v in values:
-      key = (arm, v)
-      group, n_div = kept.get(key, []), diverged[key]
-      if not group and not n_div:
-        continue
-      cells = []
-      for c in columns:
-        found = [x for x in (value_of(d, c) for d in group) if x is not None]
-        cells.append(_fmt_stat(stat, float(np.mean(found))) if found else "–")
-      label = arm + (f" ({n_div} of {n_div + len(group)} seeds diverged)" if n_div else "")
-      lines.append(f"| {label} | {v} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
 
 
 def save_figure(fig, path: str) -> None:
@@ -310,15 +132,15 @@ def _kind_scale(ax, stat: str, lowest: float | None = None) -> None:
 
 def plot_kinds_sweep(rows: Sequence[dict], arms: Sequence[str], axis: str, path: str) -> None:
   """The end-of-training per-kind statistics of a Transformer grid against
-  its swept `axis`: a row of panels per `KIND_STATS` entry, a column per
-  kind (its layers summarised, `kind_value`), lines as `plot_sweep`'s."""
-  rows = [with_kind_values(r) for r in rows if not r.get("diverged_at_step")]
+  its swept `axis`: a row of panels per `tables.KIND_STATS` entry, a column per
+  kind (its layers summarised, `tables.kind_value`), lines as `plot_sweep`'s."""
+  rows = [tables.with_kind_values(r) for r in rows if not r.get("diverged_at_step")]
   values = sorted({r[axis] for r in rows})
-  fig, axes = plt.subplots(len(KIND_STATS), len(KINDS), figsize=(5 * len(KINDS),
-                                                                   3.6 * len(KIND_STATS)),
+  fig, axes = plt.subplots(len(tables.KIND_STATS), len(tables.KINDS),
+                           figsize=(5 * len(tables.KINDS), 3.6 * len(tables.KIND_STATS)),
                            squeeze=False)
-  for i, (stat, _, label) in enumerate(KIND_STATS):
-    for j, kind in enumerate(KINDS):
+  for i, (stat, _, label) in enumerate(tables.KIND_STATS):
+    for j, kind in enumerate(tables.KINDS):
       ax = axes[i][j]
       key = f"{stat}_{kind}"
       _sweep_lines(ax, rows, arms, axis, key)
@@ -355,14 +177,14 @@ def plot_history_panels(histories: dict[str, dict], arms: Sequence[str],
 def plot_kinds_history(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
                        path: str) -> None:
   """The Transformer's per-kind statistics over training: a row of panels
-  per `KIND_STATS` entry, a column per kind (its layers summarised,
-  `kind_value`), one line per (arm, dim), seeds averaged."""
-  histories = {k: [with_kind_values(r) for r in rows] for k, rows in histories.items()}
-  fig, axes = plt.subplots(len(KIND_STATS), len(KINDS),
-                           figsize=(5 * len(KINDS), 3.6 * len(KIND_STATS)), squeeze=False)
-  for i, (stat, _, label) in enumerate(KIND_STATS):
-    _history_lines(histories, arms, axes[i], [f"{stat}_{kind}" for kind in KINDS])
-    for j, (ax, kind) in enumerate(zip(axes[i], KINDS)):
+  per `tables.KIND_STATS` entry, a column per kind (its layers summarised,
+  `tables.kind_value`), one line per (arm, dim), seeds averaged."""
+  histories = {k: [tables.with_kind_values(r) for r in rows] for k, rows in histories.items()}
+  fig, axes = plt.subplots(len(tables.KIND_STATS), len(tables.KINDS), squeeze=False,
+                           figsize=(5 * len(tables.KINDS), 3.6 * len(tables.KIND_STATS)))
+  for i, (stat, _, label) in enumerate(tables.KIND_STATS):
+    _history_lines(histories, arms, axes[i], [f"{stat}_{kind}" for kind in tables.KINDS])
+    for j, (ax, kind) in enumerate(zip(axes[i], tables.KINDS)):
       _kind_scale(ax, stat)
       if j == 0:
         ax.set_ylabel(label)
@@ -446,9 +268,3 @@ def plot_attention(attention: dict, title: str, path: str) -> None:
   ax.set_ylabel("output")
   ax.set_title(title, fontsize=9)
   save_figure(fig, path)
-
-
-def write_jsonl(path: str, rows: Iterable[dict]) -> None:
-  """One strict JSON line per row (NaN and ±inf as null, `files.to_json`)."""
-  files.atomic_write(path, "".join(files.to_json(r, sort_keys=True) + "\n"
-                                         for r in rows))

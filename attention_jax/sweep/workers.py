@@ -1,6 +1,6 @@
 """`--workers`: a sweep's runs trained in parallel, one process per core.
 
-The driver hands out jobs (anything with a `label`, e.g. `sweep.Job`) to
+The driver hands out jobs (anything with a `label`, e.g. `runner.Job`) to
 worker processes and a module-level training function `train(job, log=,
 deadline=)`; it writes the reports as each job finishes.
 
@@ -20,7 +20,7 @@ import signal
 import traceback
 from typing import Callable, Sequence
 
-from attention_jax.training import host_memory
+from attention_jax.sweep import host_memory
 from attention_jax.training import interrupts
 from attention_jax.training import provenance
 

@@ -17,8 +17,9 @@ from typing import Any
 
 from attention_jax import registry
 from attention_jax.data import input_pipeline
-from attention_jax.training import presets
+from attention_jax.sweep import presets
 from attention_jax.training import run_config
+from attention_jax.training.run_config import Arm  # the sweep's points: here for its callers
 
 ARMS = registry.ARMS  # every score of the registry, and the RNN decoders without attention
 MODELS = ("rnn", "transformer")
@@ -32,38 +33,6 @@ MAX_LEARNING_RATE = 1.0
 MAX_EVAL_MEMORY_GB = 2.0**20
 
 
-@dataclasses.dataclass(frozen=True)
-class Arm:
-  """One point of a sweep: an arm at one attention dimension, resolved once.
-
-  `name` is the arm as `--arms` spells it; the rest is what it means:
-  `decoder` 'luong' (attention over the encoder) or an attention-free RNN
-  decoder ('none_init', 'none_concat'); `score` the registry score (None
-  without attention); `attention_dim` a (the RNN's W_1 s, W_2 h size) or the
-  Transformer's per-head query/key size d_k.
-  """
-  name: str
-  decoder: str
-  score: str | None
-  attention_dim: int
-
-  @classmethod
-  def of(cls, name: str, dim: int) -> "Arm":
-    if name in registry.NO_ATTENTION_ARMS:
-      return cls(name, decoder=name, score=None, attention_dim=int(dim))
-    return cls(name, decoder="luong", score=registry.get(name, "arms").name,
-               attention_dim=int(dim))
-
-  @property
-  def has_attention(self) -> bool:
-    return self.score is not None
-
-  @property
-  def label(self) -> str:
-    """How logs name it: '<arm> d=<dim>'."""
-    return f"{self.name} d={self.attention_dim}"
-
-
 FAMILIES = {"rnn": "the RNN Seq2Seq (--model=rnn)",
             "transformer": "the Transformer (--model=transformer)"}
 
@@ -74,7 +43,7 @@ def flag_field(default, help_text: str, family: str | None = None,
   (None: both; a flag of the other family is refused, `check_family`), and
   whether it changes a run's numbers: one that does not (`changes_numbers=
   False`, listed by `NO_NUMBERS`) is left out of a run's identity, so a run
-  resumes under another value (`rundir.RESUMABLE_FIELDS`), and cannot be a
+  resumes under another value (`workdir.RESUMABLE_FIELDS`), and cannot be a
   `--sweep` axis, whose points would be the same runs (`UNSWEEPABLE`)."""
   return dataclasses.field(default=default, metadata={
       "help": help_text, "family": family, "changes_numbers": changes_numbers})
@@ -226,8 +195,20 @@ class ExperimentConfig:
 
   def point(self, arm: Arm) -> run_config.RunConfig:
     """The settings of the sweep point `arm`, grouped by concern: what the
-    trainer receives."""
-    return run_config.RunConfig.of(self, arm)
+    trainer receives. Each concern takes the flat fields of its own names;
+    the RNN's `trained_length` is `max_length` + 1 (+ <eos>), the
+    Transformer's `d_model` the `hidden_dim` flag."""
+    take = lambda kind, **extra: kind(**{f.name: getattr(self, f.name)
+                                         for f in dataclasses.fields(kind)
+                                         if f.name not in extra}, **extra)
+    if self.model == "rnn":
+      model = take(run_config.RnnConfig, trained_length=self.max_length + 1)
+    else:
+      model = take(run_config.TransformerConfig, d_model=self.hidden_dim)
+    return run_config.RunConfig(
+        arm=arm, model=model, data=take(run_config.DataConfig),
+        optimizer=take(run_config.OptimizerConfig), evaluation=take(run_config.EvalConfig),
+        periods=take(run_config.Periods), seeds=self.seeds, workers=self.workers)
 
   def replace(self, **changes) -> "ExperimentConfig":
     return dataclasses.replace(self, **changes)

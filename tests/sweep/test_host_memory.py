@@ -1,11 +1,11 @@
-"""Freed host memory kept by the process (attention_jax/training/host_memory.py)."""
+"""Freed host memory kept by the process (attention_jax/sweep/host_memory.py)."""
 
 import subprocess
 import sys
 
 import pytest
 
-from attention_jax.training import host_memory
+from attention_jax.sweep import host_memory
 
 # A child process frees and re-allocates a 64 MiB buffer (as XLA:CPU does with
 # the one buffer that holds a program's temporaries at every execution) 20
@@ -14,7 +14,7 @@ from attention_jax.training import host_memory
 # above 32 MiB by mmap and give it back when freed.
 _ROUNDS = r"""
 import resource, sys
-from attention_jax.training import host_memory
+from attention_jax.sweep import host_memory
 if sys.argv[1] == "keep":
   assert host_memory.keep_freed_memory()
 size = 64 << 20

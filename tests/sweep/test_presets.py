@@ -5,7 +5,7 @@ import pkgutil
 
 import pytest
 
-from attention_jax.training import config, presets
+from attention_jax.sweep import config, presets
 
 
 def test_every_preset_file_is_a_preset_and_builds_a_valid_config():
@@ -18,7 +18,7 @@ def test_every_preset_file_is_a_preset_and_builds_a_valid_config():
 
 @pytest.mark.parametrize("name", list(config.PRESETS))
 def test_each_preset_file_documents_command_time_and_expected_result(name):
-  doc = importlib.import_module(f"attention_jax.training.presets.{name}").__doc__
+  doc = importlib.import_module(f"attention_jax.sweep.presets.{name}").__doc__
   assert f"--preset={name}" in doc
   assert "Time:" in doc and "Expected" in doc
   assert "issue" not in doc.lower()  # reasons, not issue numbers

@@ -8,7 +8,7 @@ How a preset's values came to be is told in `results/HISTORY.md` and the
 results' READMEs, not here.
 """
 
-from attention_jax.training.presets import (britz_wmt, gpu, quick, smoke, transformer,
+from attention_jax.sweep.presets import (britz_wmt, gpu, quick, smoke, transformer,
                                             transformer_lr, transformer_lr_cpu,
                                             transformer_smoke)
 
