@@ -6,7 +6,9 @@
   which the backward recomputes one).
 - Timing: the program is compiled before the clock starts, every call ends
   in `block_until_ready`, warm-up calls are discarded, and the median and the
-  spread of several repeats are reported.
+  spread of several repeats are reported. `timed` is the one clock; training
+  steps are timed by `time_steps` (every command that times a step uses it),
+  contenders side by side by `time_interleaved`.
 - Memory: the compiled program's `memory_analysis()` (temporaries,
   arguments, outputs; available on CPU too) and, where the runtime tracks it,
   the device's peak bytes in use.
@@ -176,10 +178,67 @@ def time_interleaved(calls: Mapping[str, Callable[[], Any]], *, warmup: int = 2,
   for r in range(repeats):
     shift = r % len(names)
     for name in names[shift:] + names[:shift]:
-      start = time.perf_counter()
-      jax.block_until_ready(calls[name]())
-      times[name].append(time.perf_counter() - start)
+      times[name].append(timed(calls[name])[1])
   return {name: Timing.from_times(ts) for name, ts in times.items()}
+
+
+def timed(call: Callable[[], Any]) -> tuple[Any, float, float]:
+  """`(result, wall seconds, CPU seconds of this process)` of `call()`, its
+  result waited for (`jax.block_until_ready`; a NumPy value passes through).
+
+  The one clock of every timing here: JAX dispatches work asynchronously, so
+  a timer that does not wait measures the dispatch, and the next call's wait
+  is billed to the wrong call. The CPU time says how much of a core the call
+  had, which the wall time alone hides on a core another process shares.
+  """
+  start, cpu_start = time.perf_counter(), time.process_time()
+  result = jax.block_until_ready(call())
+  return result, time.perf_counter() - start, time.process_time() - cpu_start
+
+
+@dataclasses.dataclass(frozen=True)
+class StepTimes:
+  """Seconds of each timed step, by the wall clock and by this process's CPU clock."""
+  wall_s: tuple[float, ...]
+  cpu_s: tuple[float, ...]
+
+  @property
+  def median_s(self) -> float:
+    return statistics.median(self.wall_s)
+
+  @property
+  def total_s(self) -> float:
+    return sum(self.wall_s)
+
+  @property
+  def cpu_median_s(self) -> float:
+    return statistics.median(self.cpu_s)
+
+  @property
+  def cpu_total_s(self) -> float:
+    return sum(self.cpu_s)
+
+
+def time_steps(step: Callable[[int], Any], steps: int, *, warmup: int = 0) -> StepTimes:
+  """The step timer of every command that times training steps: calls
+  `step(i)` for i = 0 .. warmup + steps - 1, one after the other, each waited
+  for (`timed`), and returns the times of the last `steps` calls.
+
+  The step is a function of its index so that the caller says what each call
+  does (which batch, which random key, which step number); the first `warmup`
+  calls run and are waited for the same way but not kept (compilation,
+  caches).
+  """
+  steps = _validate.positive_int(steps, "steps")
+  if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+    raise ValueError(f"`warmup` must be an integer >= 0, got {warmup!r}.")
+  wall, cpu = [], []
+  for i in range(warmup + steps):
+    _, wall_s, cpu_s = timed(functools.partial(step, i))
+    if i >= warmup:
+      wall.append(wall_s)
+      cpu.append(cpu_s)
+  return StepTimes(tuple(wall), tuple(cpu))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,7 +14,6 @@ Transformer-base (N=6, d_model 512, h=8, d_ff 2048), vocabulary `--vocab`.
 
 import functools
 import statistics
-import time
 
 from absl import app
 from absl import flags
@@ -24,6 +23,7 @@ import numpy as np
 import optax
 from flax import nnx
 
+from attention_jax import benchmarking
 from attention_jax import models
 from attention_jax.sweep import host_memory
 from attention_jax.training import steps
@@ -59,20 +59,18 @@ def time_step(model, batch: int, length: int, vocab: int, repeats: int):
   step = jax.jit(functools.partial(steps.train_step, graphdef, tx, pad_id=config.pad_id))
 
   key = jax.random.key(0)
-  args = (params, rest, opt_state, src, tgt_in, tgt)
-  start = time.perf_counter()
-  compiled = step.lower(*args, key).compile()
-  compile_s = time.perf_counter() - start
-  params, opt_state, loss = compiled(*args, key)  # warm-up
-  jax.block_until_ready(loss)
-  times = []
-  for i in range(repeats):
-    start = time.perf_counter()
-    params, opt_state, loss = compiled(params, rest, opt_state, src, tgt_in, tgt,
-                                       jax.random.fold_in(key, i))
-    jax.block_until_ready((params, loss))
-    times.append(time.perf_counter() - start)
-  return compile_s, times
+  compiled, compile_s = benchmarking.timed(
+      lambda: step.lower(params, rest, opt_state, src, tgt_in, tgt, key).compile())[:2]
+  state = [params, opt_state]
+
+  def one_step(i):  # the warm-up (i = 0) with `key`, then the timed steps
+    params, opt_state, loss = compiled(state[0], rest, state[1], src, tgt_in, tgt,
+                                       key if i == 0 else jax.random.fold_in(key, i - 1))
+    state[:] = params, opt_state
+    return params, loss
+
+  times = benchmarking.time_steps(one_step, repeats, warmup=1)
+  return compile_s, list(times.wall_s)
 
 
 def main(argv):

@@ -76,6 +76,37 @@ def test_time_interleaved_alternates_and_rotates():
     bm.time_interleaved({}, repeats=2)
 
 
+def test_time_steps_keeps_the_steps_after_the_warmup_each_waited_for():
+  calls = []
+
+  def step(i):
+    calls.append(i)
+    if i == 1:  # a warm-up step: ran and waited for, not kept
+      time.sleep(0.3)
+    if i == 3:
+      time.sleep(0.01)
+    return jnp.zeros(1)
+
+  times = bm.time_steps(step, 3, warmup=2)
+  assert calls == [0, 1, 2, 3, 4]  # the caller's index: warm-up first, one call each
+  assert len(times.wall_s) == len(times.cpu_s) == 3
+  assert times.wall_s[1] >= 0.01 and max(times.wall_s) < 0.3  # steps 2, 3, 4 only
+  assert times.total_s == pytest.approx(sum(times.wall_s))
+  assert times.median_s == sorted(times.wall_s)[1]
+  # sleeping is wall time, not this process's CPU time
+  assert times.cpu_s[1] < times.wall_s[1]
+  # the result is waited for: a big matmul's step takes longer than a small one's
+  f = jax.jit(lambda x: x @ x @ x @ x)
+  small, big = jnp.ones((64, 64)), jnp.ones((768, 768))
+  small_c, big_c = f.lower(small).compile(), f.lower(big).compile()
+  assert (bm.time_steps(lambda _: big_c(big), 5, warmup=1).median_s
+          > 5 * bm.time_steps(lambda _: small_c(small), 5, warmup=1).median_s)
+  with pytest.raises(ValueError, match="`steps`"):
+    bm.time_steps(step, 0)
+  with pytest.raises(ValueError, match="`warmup`"):
+    bm.time_steps(step, 1, warmup=-1)
+
+
 def test_other_cpu_load_excludes_this_process():
   before = bm.cpu_snapshot()
   end = time.perf_counter() + 0.3

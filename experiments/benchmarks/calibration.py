@@ -40,12 +40,12 @@ import math
 import os
 import statistics
 import sys
-import time
 from typing import Any, Callable
 
 from absl import app
 from absl import flags
 
+from attention_jax import benchmarking
 from experiments import common
 
 # The share of a piece's minutes the plan fills: a cell's time on the device is
@@ -236,9 +236,7 @@ def read_plan(path: str, preset: str, flag: str = "calibration") -> dict[str, An
 
 
 def _timed(fn: Callable[[], Any]) -> float:
-  start = time.perf_counter()
-  fn()
-  return time.perf_counter() - start
+  return benchmarking.timed(fn)[1]
 
 
 def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
@@ -247,13 +245,13 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
-  start = time.perf_counter()
-  trainer = train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)), data)
-  build_s = time.perf_counter() - start
+  trainer, build_s, _ = benchmarking.timed(
+      lambda: train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)), data))
   batches = trainer._train_batches(0)  # pylint: disable=protected-access
-  first_step_s = _timed(lambda: trainer.train_step(next(batches), 0))
-  step_times = [_timed(lambda i=i: trainer.train_step(next(batches), i + 1))
-                for i in range(steps)]
+  # The first step (it compiles) and `steps` more, each with the next batch.
+  step_times = benchmarking.time_steps(lambda i: trainer.train_step(next(batches), i),
+                                       1 + steps).wall_s
+  first_step_s, step_times = step_times[0], step_times[1:]
 
   def validation():
     trainer.bleu(trainer.params, "validation", cfg.eval_examples, trainer.val_beam_size)
