@@ -3,10 +3,13 @@ r"""How close a training step comes to the machine's own float32 matmul peak.
     python -m experiments.cpu_efficiency --out=results/cpu_efficiency/DATE.jsonl
     python -m experiments.cpu_efficiency --cells=additive:1024 --seeds=2 --threads=0
     python -m experiments.cpu_efficiency --preset=transformer \
-        --cells=scaled_dot:16,scaled_dot:1024 --seeds=1 --profile=/tmp/trace
+        --cells=scaled_dot:16,scaled_dot:1024 --seeds=1 --profile=runs/trace
+    python -m experiments.cpu_efficiency --preset=transformer --num_heads=4 \
+        --cells=scaled_dot:16,scaled_dot:64,scaled_dot:256,scaled_dot:1024 --seeds=2
 
 Either model family: the RNN of the quick preset or the Transformer of the
-`transformer` preset (`--preset`). One process, on one core (`--threads=1`,
+`transformer` preset (`--preset`; a flag per config field, e.g. `--num_heads`,
+changes the preset's value as the sweep's drivers take it). One process, on one core (`--threads=1`,
 the default: how a `--workers` process of both presets trains) or on every
 core (`--threads=0`). It measures:
 
@@ -29,7 +32,7 @@ core (`--threads=0`). It measures:
      three times the forward for forward + backward): a check of the above,
      equal to it for the scores each count covers (tests); none otherwise;
    - `xla_loop_aware_flops`: XLA's cost analysis of the compiled step with
-     each loop body counted trip-count times (`compile_check.loop_aware_cost`):
+     each loop body counted trip-count times (`analysis.hlo.loop_aware_cost`):
      the compiler's check of the jaxpr's total (9.71 against 9.49 GFLOP per
      quick step at a = 128; XLA counts elementwise work its own way);
    - `xla_flops`: XLA's `cost_analysis` as it is, which counts each loop body
@@ -48,17 +51,9 @@ core (`--threads=0`). It measures:
    XLA:CPU's per-thunk trace marks, the `--batches` steps run under
    `jax.profiler.trace` (files in DIR/ARM_DIM_seedsN/, with the compiled HLO),
    and each thunk's time is attributed to the part of the model its op comes
-   from and to forward or backward (`breakdown`). The RNN's parts are its and
-   the train step's `jax.named_scope`s (`part_of`): encoder (with the
-   decoder's start: the bridge and the keys' projection), decoder, output
-   layer, loss, optimizer; dropout masks by their random-bit ops. XLA fuses
-   the RNN's output-layer product into the softmax's max, so its forward
-   product shows up in `loss`. The Transformer has no scopes of its own: its
-   parts come from the call stack XLA keeps for every op
-   (`hlo_stack_frames`, `transformer_part_of`): each self and cross attention
-   split into projections and the rest, the FFNs, LayerNorm, embeddings,
-   output layer, with the step's loss and optimizer scopes. The trace marks
-   slow a step down by 5–10%.
+   from and to forward or backward (`attention_jax.analysis.hlo_profile`:
+   the RNN's by its named scopes, the Transformer's by the call stack XLA
+   keeps for every op). The trace marks slow a step down by 5–10%.
 
 Writes one JSON row per cell and seed count, and one for the peak, to `--out`
 (appended as each is measured, each row stamped with its provenance), and
@@ -68,11 +63,10 @@ written are refused in one line before any measuring.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
-import statistics
 import sys
-import time
 
 from absl import app
 from absl import flags
@@ -101,6 +95,10 @@ def define_flags() -> None:
   flags.DEFINE_string("profile", None, "Folder: also trace the timed steps of each cell with "
                       "jax.profiler (and write the compiled HLO) there, and report where the "
                       "time goes (module docstring, 3).")
+  # A flag per config field, over the preset (e.g. --num_heads=4), as the sweep takes them.
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  from experiments import common  # pylint: disable=g-import-not-at-top
+  common.define_field_flags(config_lib.ExperimentConfig, skip=("arms", "dims", "seeds"))
 
 def hand_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   """Matrix-product FLOPs of one training step of one member, counted by hand
@@ -213,177 +211,6 @@ def transformer_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> 
   return 3 * fwd
 
 
-# Where a traced step's time goes: each thunk XLA:CPU ran, by the part of the
-# model its op belongs to (the `jax.named_scope`s of the model and the train
-# step in its HLO metadata) and by direction (forward, or backward: the op
-# comes from a `transpose(...)` of autodiff). Checked in this order.
-PARTS = (("dropout masks", ("_bernoulli", "_uniform", "threefry", "random_bits")),
-         ("optimizer", ("(optimizer)", "/optimizer/")), ("loss", ("(loss)", "/loss/")),
-         ("output layer", ("(output)", "/output/")), ("decoder", ("(decoder)", "/decoder/")),
-         ("encoder", ("(encoder)", "/encoder/")))
-
-
-def hlo_op_names(hlo_text: str) -> dict:
-  """Instruction name -> `op_name` of its metadata, from a compiled module's text."""
-  import re  # pylint: disable=g-import-not-at-top
-  found = re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = [^\n]*?metadata=\{op_name="([^"]*)"',
-                      hlo_text, re.M)
-  return {m.group(1): m.group(2) for m in found}
-
-
-def part_of(op_name: str, functions: tuple = ()) -> tuple[str, str]:
-  """`(part, direction)` of an op of the RNN's step: PARTS' name or "other",
-  "forward" / "backward". (`functions` is unused: the RNN names its parts by scopes.)"""
-  del functions
-  direction = "backward" if "transpose(" in op_name else "forward"
-  for part, keys in PARTS:
-    if any(k in op_name for k in keys):
-      return part, direction
-  return "other", direction
-
-
-def hlo_stack_frames(hlo_text: str) -> dict:
-  """Instruction name -> the functions of the Python call stack that made
-  its op, outermost first, from a compiled module's text.
-
-  The Transformer has no `jax.named_scope`s of its own (and its code may not
-  change while experiments run on it), but JAX records each op's call stack
-  and XLA prints it after the module: tables FunctionNames, FileLocations
-  (a function per location) and StackFrames (a location and a parent frame
-  per frame), and each instruction's `stack_frame_id`. jax 0.10.2's XLA
-  prints a frame's parent as its id + 1 (a root's as 1); a table whose roots
-  say 0 is read as it stands."""
-  import re  # pylint: disable=g-import-not-at-top
-
-  def table(title: str) -> dict:
-    block = re.search(rf"^{title}\n((?:\d+ [^\n]*\n?)*)", hlo_text, re.M)
-    rows = re.findall(r"^(\d+) (.*)$", block.group(1), re.M) if block else []
-    return {int(i): text for i, text in rows}
-
-  functions = {i: text.strip('"') for i, text in table("FunctionNames").items()}
-  location = {i: int(re.search(r"function_name_id=(\d+)", text).group(1))
-              for i, text in table("FileLocations").items()}
-  frames = {i: (int(re.search(r"file_location_id=(\d+)", text).group(1)),
-                int(re.search(r"parent_frame_id=(\d+)", text).group(1)))
-            for i, text in table("StackFrames").items()}
-  shift = 0 if any(parent == 0 for _, parent in frames.values()) else 1
-
-  def stack(frame: int) -> tuple:
-    names = []
-    while frame in frames and len(names) <= len(frames):
-      loc, parent = frames[frame]
-      names.append(functions.get(location.get(loc), "?"))
-      frame = parent - shift
-    return tuple(reversed(names))
-
-  found = re.finditer(r'^\s*(?:ROOT )?%?([\w.\-]+) = [^\n]*?metadata=\{[^}\n]*?'
-                      r'stack_frame_id=(\d+)', hlo_text, re.M)
-  return {m.group(1): stack(int(m.group(2))) for m in found}
-
-
-def transformer_part_of(op_name: str, functions: tuple) -> tuple[str, str]:
-  """`(part, direction)` of an op of the Transformer's step, from the step's
-  scopes (loss, optimizer; dropout by its random-bit ops) and the model
-  functions on its call stack (`hlo_stack_frames`): the encoder's or the
-  decoder's self attention, the cross attention (with the keys' and values'
-  projection of the encoder output, made in `Transformer.__call__`), each
-  split into its projections (the Linear layers) and the rest (scores,
-  softmax, weighted sum, the heads' reshapes); the FFNs; LayerNorm with the
-  residual adds; the embeddings; the output layer (tied embedding)."""
-  direction = "backward" if "transpose(" in op_name else "forward"
-  called = set(functions)
-  if "Dropout.__call__" in called or any(k in op_name for k in PARTS[0][1]):
-    return "dropout", direction
-  for part, scopes in (("optimizer", ("(optimizer)", "/optimizer/")),
-                       ("loss", ("(loss)", "/loss/"))):
-    if any(k in op_name for k in scopes):
-      return part, direction
-  if "Transformer.logits" in called:
-    return "output layer", direction
-  if "Transformer._embed" in called:
-    return "embeddings", direction
-  stack = "encoder" if "EncoderLayer.__call__" in called else (
-      "decoder" if "DecoderLayer.__call__" in called else None)
-  if "FeedForward.__call__" in called:
-    return f"{stack} FFN", direction
-  if "DecoderLayer.__call__.<locals>.cross_attention" in called or (
-      stack is None and "MultiHeadAttention.project_kv" in called):
-    attention = "cross attention"
-  elif "MultiHeadAttention.__call__" in called or (
-      "DecoderLayer.__call__.<locals>.self_attention" in called):
-    attention = f"{stack} self attention"
-  else:
-    attention = None
-  if attention:
-    what = "projections" if "Linear.__call__" in called else "scores, softmax, sum"
-    return f"{attention}: {what}", direction
-  if "LayerNorm.__call__" in called or "_Block._residual" in called:
-    return f"{stack} LayerNorm + residual", direction
-  return "other", direction
-
-
-def thunk_times(events) -> list:
-  """`(start_ns, duration_ns, name)` of each thunk run on one thread, loops excluded.
-
-  XLA:CPU's trace (`--xla_cpu_enable_xprof_traceme`) marks a thunk by an
-  event named after it, lasting as long as the thunk, and one named
-  "end: <name>". A loop's own event does not always cover its body's thunks
-  (the forward scans' events end before their bodies run), so a loop's time
-  is that of the thunks of its body, each attributed by its own op name."""
-  return sorted((start, dur, name) for start, dur, name in events
-                if not name.startswith(("end: ", "ThunkExecutor", "while")))
-
-
-def breakdown(xspace_path: str, hlo_text: str, steps: int, step_seconds: float,
-              attribute=part_of) -> list:
-  """Rows of where a traced step's time goes (module docstring, 3), per step:
-  for each part and direction (`attribute(op_name, functions)`: `part_of`
-  for the RNN, `transformer_part_of`) the milliseconds of its thunks, of them
-  in loop bodies and in matrix products, and its thunks per step; then the
-  time between thunks (thunk dispatch, loop control, the host)."""
-  import collections  # pylint: disable=g-import-not-at-top
-  import jax  # pylint: disable=g-import-not-at-top
-  names = hlo_op_names(hlo_text)
-  stacks = hlo_stack_frames(hlo_text)
-  data = jax.profiler.ProfileData.from_file(xspace_path)
-  acc = collections.defaultdict(collections.Counter)
-  for plane in data.planes:
-    for line in plane.lines:
-      if not line.name.startswith("tf_XLA"):
-        continue
-      for _, dur, name in thunk_times((e.start_ns, e.duration_ns, e.name)
-                                      for e in line.events):
-        op = names.get(name, "")
-        c = acc[attribute(op, stacks.get(name, ()))]
-        c["ms"] += dur / 1e6
-        c["thunks"] += 1
-        if "/while/body" in op:
-          c["loop_ms"] += dur / 1e6
-          c["loop_thunks"] += 1
-        if name.startswith("dot") or "dot_general" in op:
-          c["matmul_ms"] += dur / 1e6
-  busy = sum(c["ms"] for c in acc.values()) / steps
-  rows = [{"part": part, "direction": direction, "ms": c["ms"] / steps,
-           "loop_ms": c["loop_ms"] / steps, "matmul_ms": c["matmul_ms"] / steps,
-           "thunks": c["thunks"] / steps, "loop_thunks": c["loop_thunks"] / steps}
-          for (part, direction), c in sorted(acc.items(), key=lambda kv: -kv[1]["ms"])]
-  rows.append({"part": "between thunks", "direction": "-",
-               "ms": max(0.0, step_seconds * 1e3 - busy), "loop_ms": 0.0, "matmul_ms": 0.0,
-               "thunks": 0.0, "loop_thunks": 0.0})
-  return rows
-
-
-def profile_table(parts: list) -> str:
-  """`breakdown`'s rows as a markdown table, with each part's share of the traced step."""
-  step_ms = sum(r["ms"] for r in parts)
-  lines = ["| part | direction | ms/step | share | in loop bodies ms | matmul ms | thunks/step "
-           "(of them in loop bodies) |", "|---|---|---|---|---|---|---|"]
-  for r in parts:
-    lines.append(f"| {r['part']} | {r['direction']} | {r['ms']:.1f} | "
-                 f"{r['ms'] / step_ms:.0%} | {r['loop_ms']:.1f} | "
-                 f"{r['matmul_ms']:.1f} | {r['thunks']:.0f} ({r['loop_thunks']:.0f}) |")
-  return "\n".join(lines)
-
 
 def _check_flags():
   """Every flag checked before any work: (cells, seed counts); exits with one line."""
@@ -405,7 +232,9 @@ def _check_flags():
     if FLAGS.core is not None and FLAGS.core not in os.sched_getaffinity(0):
       raise ValueError(f"`--core` {FLAGS.core} is not one this process may run on "
                        f"({sorted(os.sched_getaffinity(0))}).")
-    cfg = config_lib.from_preset(FLAGS.preset)
+    given = {k: v for k, v in common.overrides().items() if k != "seeds"}  # ours: counts
+    cfg = config_lib.from_preset(FLAGS.preset, **given)
+    config_lib.check_family(cfg.model, given)
     for arm, dim in cells:
       cfg.point(config_lib.Arm.of(arm, dim))
     if FLAGS.profile:
@@ -477,18 +306,14 @@ def matmul_rate_per_cpu_second(shape: tuple, repeats: int, threads: int) -> floa
   wall time, which a process sharing its core spends partly waiting."""
   import jax  # pylint: disable=g-import-not-at-top
   import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+  from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
   m, k, n = shape
   x = jax.random.normal(jax.random.key(0), (m, k), jnp.float32)
   w = jax.random.normal(jax.random.key(1), (k, n), jnp.float32)
   product = jax.jit(jnp.matmul).lower(x, w).compile()
   cores = 1 if threads == 1 else len(os.sched_getaffinity(0))
-  seconds = []
-  for i in range(repeats + 2):
-    start = time.process_time()
-    product(x, w).block_until_ready()
-    if i >= 2:
-      seconds.append((time.process_time() - start) / cores)
-  return 2.0 * m * k * n / statistics.median(seconds)
+  times = benchmarking.time_steps(lambda _: product(x, w), repeats, warmup=2)
+  return 2.0 * m * k * n / (times.cpu_median_s / cores)
 
 
 def cpu_time_shares(row: dict, peak_per_cpu_s: float, threads: int) -> dict:
@@ -507,23 +332,19 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   import dataclasses  # pylint: disable=g-import-not-at-top
   import jax  # pylint: disable=g-import-not-at-top
   import numpy as np  # pylint: disable=g-import-not-at-top
+  from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
   from attention_jax import flops as flops_lib  # pylint: disable=g-import-not-at-top
-  from experiments import compile_check  # pylint: disable=g-import-not-at-top
+  from attention_jax.analysis import hlo  # pylint: disable=g-import-not-at-top
+  from attention_jax.analysis import hlo_profile  # pylint: disable=g-import-not-at-top
+  from attention_jax.analysis import step_time  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
   run = dataclasses.replace(cfg, seeds=seeds).point(config_lib.Arm.of(arm, dim))
   trainer = train_lib.EnsembleTrainer(run, data)
-  stream = trainer._train_batches(0)  # pylint: disable=protected-access
-  by_length = {}  # padded length -> batches, from the start of the stream
-  for _ in range(50 * n_batches):
-    batch = next(stream)
-    by_length.setdefault(batch.src.shape[1], []).append(batch)
-  full = [length for length, found in by_length.items() if len(found) >= n_batches]
-  length = max(full) if full else max(by_length, key=lambda k: len(by_length[k]))
-  batches = [trainer.evaluator.teacher_forced(b) for b in by_length[length][:n_batches]]
-  params, opt_state = trainer.state.params, trainer.state.opt_state
-  args = lambda i, b: (params, trainer.rest, opt_state, np.int32(i), *b)
+  batches = step_time.one_length_batches(trainer, n_batches)
+  state = {"params": trainer.state.params, "opt_state": trainer.state.opt_state}
+  args = lambda i, b: (state["params"], trainer.rest, state["opt_state"], np.int32(i), *b)
   step_fn = trainer._train_step  # pylint: disable=protected-access
   traced_step = step_fn.trace(*args(0, batches[0]))  # traced once: counted and compiled
   counted = flops_lib.count_jaxpr(traced_step.jaxpr.jaxpr)
@@ -531,25 +352,23 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
   compiled = lowered.compile()
   xla = compiled.cost_analysis()
   xla = float((xla[0] if isinstance(xla, (list, tuple)) else xla).get("flops", 0.0))
-  xla_loops = compile_check.loop_aware_cost(compiled.as_text(),
-                                            compile_check.cpu_cost_analysis)["flops"]
+  xla_loops = hlo.loop_aware_cost(compiled.as_text(), hlo.cpu_cost_analysis)["flops"]
   src, tgt_in = batches[0][0], batches[0][1]
   try:
     hand = seeds * hand_matmul_flops(trainer.model_config, src.shape[0], src.shape[1],
                                      tgt_in.shape[1])
   except ValueError:
     hand = None
-  times, cpu_times = [], []
-  for i, batch in enumerate(batches * 2):  # the first pass warms up
-    start, cpu_start = time.perf_counter(), time.process_time()
-    params, opt_state, loss = compiled(*args(i, batch))
-    np.asarray(loss)  # waits for the step, as the trainer does
-    if i >= len(batches):
-      times.append(time.perf_counter() - start)
-      cpu_times.append(time.process_time() - cpu_start)
+  n = len(batches)
+
+  def run_step(program, i):  # step i on batch i mod n, from and into `state`
+    state["params"], state["opt_state"], loss = program(*args(i, batches[i % n]))
+    return np.asarray(loss)  # waits for the step, as the trainer does (a host copy)
+
+  # The first pass over the batches warms up; the second is timed.
+  times = benchmarking.time_steps(functools.partial(run_step, compiled), n, warmup=n)
   tokens = seeds * sum(int(np.sum(np.asarray(b[2]) != data.tokenizer.pad_id)) for b in batches)
-  seconds = sum(times)
-  n = len(times)
+  seconds = times.total_s
   parts = None
   if FLAGS.profile:
     # The same lowering, compiled again with the per-thunk trace marks.
@@ -559,28 +378,23 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "step.hlo.txt"), "w", encoding="utf-8") as f:
       f.write(traced_hlo)
-    for i, batch in enumerate(batches):  # warm-up of the traced program
-      params, opt_state, loss = traced(*args(i, batch))
-      np.asarray(loss)  # each step waited for, as in the timed passes
-    traced_times = []
+    for i in range(n):  # warm-up of the traced program, each step waited for
+      run_step(traced, i)
     with jax.profiler.trace(folder):
-      for i, batch in enumerate(batches):
-        start = time.perf_counter()
-        params, opt_state, loss = traced(*args(i, batch))
-        np.asarray(loss)
-        traced_times.append(time.perf_counter() - start)
+      traced_times = benchmarking.time_steps(functools.partial(run_step, traced), n)
     import glob  # pylint: disable=g-import-not-at-top
     xspace = sorted(glob.glob(os.path.join(folder, "**", "*.xplane.pb"), recursive=True))[-1]
     from attention_jax import models  # pylint: disable=g-import-not-at-top
-    attribute = (transformer_part_of if isinstance(trainer.model_config,
-                                                   models.TransformerConfig) else part_of)
-    parts = breakdown(xspace, traced_hlo, n, sum(traced_times) / n, attribute)
+    attribute = (hlo_profile.transformer_part_of
+                 if isinstance(trainer.model_config, models.TransformerConfig)
+                 else hlo_profile.part_of)
+    parts = hlo_profile.breakdown(xspace, traced_hlo, n, traced_times.total_s / n, attribute)
   return {"kind": "step", "preset": FLAGS.preset, "model": run.model.name, "arm": arm,
           "dim": dim, "seeds": seeds,
           "profile": parts,
           "batches": n, "batch_size": int(src.shape[0]), "length": int(src.shape[1]),
-          "seconds": seconds, "step_median_s": statistics.median(times),
-          "cpu_seconds": sum(cpu_times), "cpu_step_median_s": statistics.median(cpu_times),
+          "seconds": seconds, "step_median_s": times.median_s,
+          "cpu_seconds": times.cpu_total_s, "cpu_step_median_s": times.cpu_median_s,
           "flops": n * counted.total, "matmul_flops": n * counted.matmul,
           "hand_matmul_flops": None if hand is None else n * hand,
           "xla_flops": n * xla, "xla_loop_aware_flops": n * xla_loops,
@@ -600,6 +414,7 @@ def main(argv):
     from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
     workers.use_one_core(FLAGS.core)
   from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
+  from attention_jax.analysis import hlo_profile  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
 
   machine = benchmarking.machine_description()
@@ -643,7 +458,7 @@ def main(argv):
             f"{row['cpu_fraction']:.0%} | {row['cpu_share_of_peak']:.1%} | "
             f"{row['target_tokens_per_s']:,.0f} |", flush=True)
       if row["profile"]:
-        print(profile_table(row["profile"]), flush=True)
+        print(hlo_profile.profile_table(row["profile"]), flush=True)
   if FLAGS.out:
     print(f"appended {written} rows to {FLAGS.out}")
 

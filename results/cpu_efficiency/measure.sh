@@ -35,8 +35,9 @@ else
   pair_flags=(--threads=0 --threads=0)
 fi
 for f in attention_jax/flops.py attention_jax/benchmarking.py attention_jax/training/workers.py \
-         attention_jax/training/host_memory.py experiments/compile_check.py \
-         experiments/cpu_efficiency.py; do
+         attention_jax/training/host_memory.py attention_jax/analysis/hlo.py \
+         attention_jax/analysis/hlo_profile.py experiments/cpu_efficiency.py; do
+  mkdir -p "$(dirname "$tmp/before/$f")"
   git -C "$root" show "$after:$f" > "$tmp/before/$f"
 done
 measure() {  # TREE LABEL FLAGS...

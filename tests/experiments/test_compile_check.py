@@ -1,5 +1,6 @@
-"""experiments/compile_check.py: its pure parts here; compiling for a TPU and
-an H100 in the AOT environment (`.venv-aot`, scripts/aot_env.sh).
+"""The compile check (experiments/compile_check.py, attention_jax/analysis/compile_*.py and
+hlo.py): its pure parts here; compiling for a TPU and an H100 in the AOT
+environment (`.venv-aot`, scripts/aot_env.sh).
 
 The compiling tests run the AOT environment's Python in a subprocess (this
 suite's own environment has neither libtpu nor the CUDA plugin) and are
@@ -18,6 +19,10 @@ import textwrap
 
 import pytest
 
+from attention_jax.analysis import compile_device
+from attention_jax.analysis import compile_tables
+from attention_jax.analysis import compile_targets
+from attention_jax.analysis import hlo
 from experiments import compile_check as cc
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,9 +34,9 @@ AOT_PYTHON = os.path.join(ROOT, ".venv-aot", "bin", "python")
 
 def test_roofline_is_bound_by_compute_or_memory():
   # 1e12 FLOPs at 1e15 FLOP/s = 1 ms; 1e9 bytes at 1e12 B/s = 1 ms.
-  assert cc.roofline_seconds(2e12, 1e9, 1e15, 1e12) == pytest.approx(2e-3)  # compute-bound
-  assert cc.roofline_seconds(1e12, 3e9, 1e15, 1e12) == pytest.approx(3e-3)  # memory-bound
-  assert cc.roofline_seconds(0, 0, 1e15, 1e12) == 0
+  assert compile_targets.roofline_seconds(2e12, 1e9, 1e15, 1e12) == pytest.approx(2e-3)  # compute-bound
+  assert compile_targets.roofline_seconds(1e12, 3e9, 1e15, 1e12) == pytest.approx(3e-3)  # memory-bound
+  assert compile_targets.roofline_seconds(0, 0, 1e15, 1e12) == 0
 
 
 @pytest.mark.parametrize("args, name", [((-1, 0, 1, 1), "flops"),
@@ -40,31 +45,31 @@ def test_roofline_is_bound_by_compute_or_memory():
                                         ((1, 1, 1, -5), "bandwidth")])
 def test_roofline_names_a_bad_argument(args, name):
   with pytest.raises(ValueError, match=f"`{name}`"):
-    cc.roofline_seconds(*args)
+    compile_targets.roofline_seconds(*args)
 
 
 def test_prediction_adds_kernel_and_iteration_overhead():
-  target = cc.TARGETS["h100"]
+  target = compile_targets.TARGETS["h100"]
   cost = {"flops": 989e12 * 1e-3, "bytes accessed": 0.0, "kernels": 100, "iterations": 10}
   expected = 1e-3 + 100 * target.kernel_overhead_s + 10 * target.iteration_overhead_s
-  assert cc.predict_seconds(cost, target) == pytest.approx(expected)
-  assert cc.predict_seconds({"flops": 0.0, "bytes accessed": 3.35e12}, target) == pytest.approx(1.0)
+  assert compile_targets.predict_seconds(cost, target) == pytest.approx(expected)
+  assert compile_targets.predict_seconds({"flops": 0.0, "bytes accessed": 3.35e12}, target) == pytest.approx(1.0)
 
 
 def test_memory_total_and_verdict():
   memory = {"argument_bytes": 10, "output_bytes": 10, "temp_bytes": 5, "alias_bytes": 8}
-  assert cc.total_bytes(memory) == 17  # donated arguments hold the aliased outputs
-  assert cc.fits(memory, device_bytes=19)  # 17 <= 0.9 * 19
-  assert not cc.fits(memory, device_bytes=18)  # 17 > 16.2
+  assert compile_targets.total_bytes(memory) == 17  # donated arguments hold the aliased outputs
+  assert compile_targets.fits(memory, device_bytes=19)  # 17 <= 0.9 * 19
+  assert not compile_targets.fits(memory, device_bytes=18)  # 17 > 16.2
 
 
 def test_sweep_seconds_sums_steps_times_step_time():
   rows = [{"program": "gpu_sweep", "steps": 6000, "predicted_s": 0.01},
           {"program": "gpu_sweep", "steps": 6000, "predicted_s": 0.02},
           {"program": "kernels", "predicted_s": 5.0}]
-  assert cc.sweep_seconds(rows) == pytest.approx(180.0)
-  assert cc.sweep_seconds(rows[:1] + [{"program": "gpu_sweep", "status": "error"}]) is None
-  assert cc.sweep_seconds(rows[2:]) is None
+  assert compile_tables.sweep_seconds(rows) == pytest.approx(180.0)
+  assert compile_tables.sweep_seconds(rows[:1] + [{"program": "gpu_sweep", "status": "error"}]) is None
+  assert compile_tables.sweep_seconds(rows[2:]) is None
 
 
 # --- HLO text ----------------------------------------------------------------
@@ -103,7 +108,7 @@ MODULE = textwrap.dedent("""\
 
 
 def test_parse_hlo_finds_loops_trip_counts_and_kernels():
-  entry, comps = cc.parse_hlo(MODULE)
+  entry, comps = hlo.parse_hlo(MODULE)
   assert entry == "main"
   assert comps["main"].whiles == [("body", 10), ("body", None)]
   assert comps["main"].kernels == 1  # the fusion; parameter, tuple, while, gte launch nothing
@@ -116,19 +121,19 @@ def test_trip_count_from_a_counter_condition():
                           '%n = s32[]{:T(128)} constant(10)\n'
                           '  %i = s32[] get-tuple-element(%t), index=0\n'
                           '  ROOT %c = pred[]{:T(512)} compare(%i, %n), direction=LT')
-  _, comps = cc.parse_hlo(module)
+  _, comps = hlo.parse_hlo(module)
   assert comps["main"].whiles == [("body", 10), ("body", 10)]
-  assert cc.counter_limit(["  ROOT %c = pred[] compare(%i, %n), direction=GT"]) is None
-  assert cc.counter_limit(["  %n = s32[] constant(7)",
+  assert hlo.counter_limit(["  ROOT %c = pred[] compare(%i, %n), direction=GT"]) is None
+  assert hlo.counter_limit(["  %n = s32[] constant(7)",
                            "  ROOT %c = pred[] compare(%i, %n), direction=LT"]) == 7
 
 
 def test_as_entry_moves_the_entry():
-  text = cc.as_entry(MODULE, "body")
+  text = hlo.as_entry(MODULE, "body")
   assert "ENTRY %body (t:" in text and "\n%main (x:" in text
   assert "entry_computation_layout" not in text
   with pytest.raises(ValueError, match="`name`"):
-    cc.as_entry(MODULE, "nowhere")
+    hlo.as_entry(MODULE, "nowhere")
 
 
 def test_loop_aware_cost_multiplies_bodies_by_their_trip_counts():
@@ -138,7 +143,7 @@ def test_loop_aware_cost_multiplies_bodies_by_their_trip_counts():
     entry = [l for l in text.splitlines() if l.startswith("ENTRY")][0]
     return {"flops": 8.0 if "%body" in entry else 24.0, "bytes accessed": 0.0}
 
-  cost = cc.loop_aware_cost(MODULE, analyse)
+  cost = hlo.loop_aware_cost(MODULE, analyse)
   assert cost["flops"] == 8 + 10 * 8 + 1 * 8  # entry fusion, 10 known steps, 1 unknown
   assert cost["kernels"] == 1 + 10 + 1
   assert cost["iterations"] == 11
@@ -155,25 +160,25 @@ CUDNN_LINE = (
 
 
 def test_cudnn_attention_cost_is_the_flash_attention_count():
-  cost = cc.custom_call_cost(CUDNN_LINE)
+  cost = hlo.custom_call_cost(CUDNN_LINE)
   assert cost["known"]
   assert cost["flops"] == 4 * 4 * 16 * 512 * 512 * 128 / 2  # causal: half
   assert cost["bytes accessed"] == 4 * (4 * 16 * 512 * 128 * 2)  # q, k, v and the output
-  backward = cc.custom_call_cost(CUDNN_LINE.replace("fmhaSoftmax", "fmhaSoftmaxBackward"))
+  backward = hlo.custom_call_cost(CUDNN_LINE.replace("fmhaSoftmax", "fmhaSoftmaxBackward"))
   assert backward["flops"] == 2.5 * cost["flops"]
-  other = cc.custom_call_cost(
+  other = hlo.custom_call_cost(
       '  %g = f32[2,3]{1,0} custom-call(%a), custom_call_target="foo", api_version=API_VERSION_X')
   assert other == {"flops": 0.0, "bytes accessed": 24.0, "known": False}
 
 
 def test_fused_attention_kernel_and_shapes_bytes():
-  assert cc.fused_attention_kernel(CUDNN_LINE) == "cudnn"
-  assert cc.fused_attention_kernel("%d = f32[2]{0} dot(%a, %b)") is None
-  assert cc.shapes_bytes("(bf16[4,512]{1,0}, pred[3], s32[])") == 4 * 512 * 2 + 3 + 4
+  assert hlo.fused_attention_kernel(CUDNN_LINE) == "cudnn"
+  assert hlo.fused_attention_kernel("%d = f32[2]{0} dot(%a, %b)") is None
+  assert hlo.shapes_bytes("(bf16[4,512]{1,0}, pred[3], s32[])") == 4 * 512 * 2 + 3 + 4
 
 
 def test_h100_target_config_names_the_device():
-  text = cc.h100_target_config((9, 12), (13, 0))
+  text = compile_targets.h100_target_config((9, 12), (13, 0))
   assert "core_count: 132" in text and "cuda_compute_capability { major: 9 minor: 0 }" in text
   assert "dnn_version_info { major: 9 minor: 12 }" in text
   assert 'device_description_str: "NVIDIA H100 80GB HBM3"' in text
@@ -187,7 +192,7 @@ def test_markdown_table_shows_memory_verdict_and_errors():
            "output_bytes": 1e9, "temp_bytes": 90e9, "total_bytes": 93e9, "fits": False,
            "flops": 5e12, "predicted_s": 0.0125, "fused_attention": "cudnn"},
           {"program": "kernels", "case": "b", "status": "error", "error": "RuntimeError: boom"}]
-  table = cc.markdown_table(rows)
+  table = compile_tables.markdown_table(rows)
   lines = table.strip().splitlines()
   assert len(lines) == 4
   assert "| kernels | a | compiled | 2.00 | 1.00 | 90.00 | 93.00 | **no** | 5,000.0 | 12.50 ms |" in lines[2]
@@ -198,7 +203,7 @@ def test_markdown_table_shows_memory_verdict_and_errors():
 def test_summary_states_the_sweep_prediction():
   rows = [{"program": "gpu_sweep", "case": "x", "status": "compiled", "steps": 6000,
            "predicted_s": 0.02, "roofline_s": 0.01, "flops": 1e12}]
-  text = cc.summary(rows, cc.TARGETS["tpu_v5e"])
+  text = compile_tables.summary(rows, compile_targets.TARGETS["tpu_v5e"])
   assert "**2.0 min**" in text and "16.0 GB" not in text  # 16 GiB = 17.2 GB
   assert "17.2 GB" in text
 
@@ -253,11 +258,11 @@ _SCRIPT = textwrap.dedent("""\
     for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     import jax, jax.numpy as jnp
-    from experiments import compile_check as cc
+    from attention_jax.analysis import compile_cases, compile_device, compile_targets
     import attention_jax as aj
     from attention_jax import scores
-    target = cc.TARGETS[sys.argv[1]]
-    device = cc.target_device(target)
+    target = compile_targets.TARGETS[sys.argv[1]]
+    device = compile_device.target_device(target)
     bf16 = lambda *s: jax.ShapeDtypeStruct(s, jnp.bfloat16)
 
     def scan(w, x):
@@ -272,8 +277,8 @@ _SCRIPT = textwrap.dedent("""\
     }
     out = {}
     for name, (fn, args) in programs.items():
-        case = cc.Case("test", name, {}, lambda fn=fn, args=args: (jax.jit(fn), args))
-        out[name] = cc.compile_case(case, target, device)
+        case = compile_cases.Case("test", name, {}, lambda fn=fn, args=args: (jax.jit(fn), args))
+        out[name] = compile_device.compile_case(case, target, device)
     from attention_jax.sweep import config as config_lib
     tiny = dict(dims=(16,), vocab_size=64, hidden_dim=32, batch_size=4, max_length=15,
                 dtype="bfloat16")
@@ -285,8 +290,8 @@ _SCRIPT = textwrap.dedent("""\
                                                 **tiny),
     }
     for name, cfg in models.items():
-        case = cc.train_step_case("test", name, cfg, cfg.sweep()[0], None)
-        out[name] = cc.compile_case(case, target, device)
+        case = compile_cases.train_step_case("test", name, cfg, cfg.sweep()[0], None)
+        out[name] = compile_device.compile_case(case, target, device)
     print(json.dumps(out))
     """)
 
@@ -300,7 +305,7 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
                         text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = json.loads(proc.stdout.strip().splitlines()[-1])
-  device_memory = cc.TARGETS[target].memory_bytes
+  device_memory = compile_targets.TARGETS[target].memory_bytes
   for name, row in rows.items():
     assert row["status"] == "compiled", (name, row.get("error"))
     assert 0 < row["total_bytes"] <= device_memory, name
@@ -338,7 +343,7 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
 
 def test_every_row_names_its_code_versions_command_and_host():
   from attention_jax import benchmarking
-  p = cc.row_provenance("python -m experiments.compile_check --target=h100")
+  p = compile_device.row_provenance("python -m experiments.compile_check --target=h100")
   assert p["command"] == "python -m experiments.compile_check --target=h100"
   assert p["commit"] and p["versions"]["jax"] and p["date"].endswith("Z")
   assert p["host_cpu"] == benchmarking.cpu_model(benchmarking.read_cpuinfo())
@@ -363,22 +368,22 @@ def test_program_tables_and_report_only(tmp_path):
                                                           "seq_len": 2048},
               temp_bytes=550.8e9, predicted_s=1.15), "fits": False},
   ]
-  sweep = cc.sweep_table(rows, cc.TARGETS["h100"]).splitlines()
+  sweep = compile_tables.sweep_table(rows, compile_targets.TARGETS["h100"]).splitlines()
   assert sweep[2] == ("| additive d=128 | 4.50 | yes | 989 | 1.00 ms | 30.00 ms | 90.00 ms | "
                       "17,000 | 480 | 6,000 | 9.0 min |")
-  kernels = cc.kernel_table(rows).splitlines()
+  kernels = compile_tables.kernel_table(rows).splitlines()
   assert kernels[2] == "| scaled_dot auto T=4096 fwd_bwd | 0.80 | yes | 2.00 ms | 962 | yes |"
-  additive = cc.additive_table(rows).splitlines()
+  additive = compile_tables.additive_table(rows).splitlines()
   assert additive[2] == "| 2048 | 2.68 | 550.80 (does not fit) | 2.30 s | 1.15 s |"
-  text = cc.summary(rows, cc.TARGETS["h100"])
+  text = compile_tables.summary(rows, compile_targets.TARGETS["h100"])
   assert ("**9.0 min**; the roofline alone (no overheads) 3.0 min, the FLOPs at peak alone "
           "6.00 s") in text
 
   (tmp_path / "h100.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-  assert cc.report_only(str(tmp_path), cc.TARGETS["h100"]) == text
+  assert compile_tables.report_only(str(tmp_path), compile_targets.TARGETS["h100"]) == text
   assert (tmp_path / "h100.md").read_text() == text
   with pytest.raises(ValueError, match="`--out`"):
-    cc.report_only(str(tmp_path), cc.TARGETS["tpu_v5e"])
+    compile_tables.report_only(str(tmp_path), compile_targets.TARGETS["tpu_v5e"])
 
 
 # Compiles forward+backward of additive attention at the benchmark's shape
@@ -390,15 +395,15 @@ _ADDITIVE_SCRIPT = textwrap.dedent("""\
         os.environ.setdefault(key, value)
     import importlib
     import jax, jax.numpy as jnp
-    from experiments import compile_check as cc
-    target = cc.TARGETS[sys.argv[1]]
-    device = cc.target_device(target)
-    out = {c.shapes["impl"]: cc.compile_case(c, target, device)
-           for c in cc.additive_cases((1024,), ("pallas", "chunked", "naive"))}
+    from attention_jax.analysis import compile_cases, compile_device, compile_targets
+    target = compile_targets.TARGETS[sys.argv[1]]
+    device = compile_device.target_device(target)
+    out = {c.shapes["impl"]: compile_device.compile_case(c, target, device)
+           for c in compile_cases.additive_cases((1024,), ("pallas", "chunked", "naive"))}
     attention = importlib.import_module("attention_jax.attention")
     q = jax.ShapeDtypeStruct((32, 1024, 64), jnp.float32)
     params = {"w_q": jnp.zeros((64, 1024)), "w_k": jnp.zeros((64, 1024)), "v": jnp.zeros(1024)}
-    with cc._backend_as(target.platform):
+    with compile_device._backend_as(target.platform):
         out["auto"] = attention.select_implementation("additive", "auto", q, q, q, params=params)
     print(json.dumps(out))
     """)
@@ -445,7 +450,7 @@ def test_pallas_kernel_cost_and_the_three_form_table():
           'backend_config={"custom_call_config":{"body":"x","cost_estimate":{"flops":"118095872",'
           '"transcendentals":"33685504","bytes_accessed":"1312768","remote_bytes_transferred":'
           '"0"},"needs_layout_passes":true}}')
-  assert cc.custom_call_cost(line) == {"flops": 118095872.0, "bytes accessed": 1312768.0,
+  assert hlo.custom_call_cost(line) == {"flops": 118095872.0, "bytes accessed": 1312768.0,
                                        "known": True}
   rows = [_row("additive", f"additive_{impl} T=1024",
                shapes={"impl": f"additive_{impl}", "seq_len": 1024}, temp_bytes=temp,
@@ -453,7 +458,7 @@ def test_pallas_kernel_cost_and_the_three_form_table():
           for impl, temp, flops, s in (("pallas", 0.54e9, 696e9, 1.07e-3),
                                        ("chunked", 1.07e9, 481e9, 0.573),
                                        ("naive", 137.84e9, 481e9, 0.288))]
-  table = cc.additive_table(rows).splitlines()
+  table = compile_tables.additive_table(rows).splitlines()
   assert table[0].startswith("| T | pallas temp GB | chunked temp GB | naive temp GB |")
   assert table[2] == ("| 1024 | 0.54 | 1.07 | 137.84 | 696 | 481 | 481 | 1.07 ms | "
                       "573.00 ms | 288.00 ms |")
@@ -473,11 +478,11 @@ def test_pallas_additive_compiles_for_the_h100_at_sizes_off_the_blocks():
       import json, os, sys
       for key, value in __import__("experiments.compile_check").compile_check.ENVIRONMENT.items():
           os.environ.setdefault(key, value)
-      from experiments import compile_check as cc
-      target = cc.TARGETS["h100"]
-      device = cc.target_device(target)
-      (case,) = cc.additive_cases((300,), ("pallas",), attention_dim=200)
-      print(json.dumps(cc.compile_case(case, target, device)))
+      from attention_jax.analysis import compile_cases, compile_device, compile_targets
+      target = compile_targets.TARGETS["h100"]
+      device = compile_device.target_device(target)
+      (case,) = compile_cases.additive_cases((300,), ("pallas",), attention_dim=200)
+      print(json.dumps(compile_device.compile_case(case, target, device)))
       """)
   proc = subprocess.run([AOT_PYTHON, "-c", script], cwd=ROOT, capture_output=True, text=True,
                         timeout=900)

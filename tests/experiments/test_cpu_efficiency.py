@@ -1,4 +1,5 @@
-"""experiments/cpu_efficiency.py: its FLOP counts and its flags."""
+"""experiments/cpu_efficiency.py: its FLOP counts and its flags; where its profiled step's
+time goes (attention_jax/analysis/hlo_profile.py)."""
 
 import dataclasses
 import functools
@@ -15,6 +16,8 @@ from flax import nnx
 
 from attention_jax import flops
 from attention_jax import models
+from attention_jax.analysis import hlo
+from attention_jax.analysis import hlo_profile
 from attention_jax.training import steps
 from experiments import cpu_efficiency
 
@@ -96,7 +99,6 @@ def test_hand_count_names_a_config_of_neither_family():
 
 
 def test_xla_with_loops_counted_agrees_with_the_jaxpr_and_xla_as_it_is_does_not():
-  from experiments import compile_check  # pylint: disable=g-import-not-at-top
   # Wide enough that the matrix products dominate, as in the presets (the two
   # count elementwise work differently).
   c = models.Seq2SeqConfig(vocab_size=300, embed_dim=64, hidden_dim=64, attention_dim=64,
@@ -108,8 +110,7 @@ def test_xla_with_loops_counted_agrees_with_the_jaxpr_and_xla_as_it_is_does_not(
   traced = step.trace(params, rest, tx.init(params), src, tgt, tgt, jax.random.key(0))
   counted = flops.count_jaxpr(traced.jaxpr.jaxpr)
   compiled = traced.lower().compile()
-  with_loops = compile_check.loop_aware_cost(compiled.as_text(),
-                                             compile_check.cpu_cost_analysis)["flops"]
+  with_loops = hlo.loop_aware_cost(compiled.as_text(), hlo.cpu_cost_analysis)["flops"]
   body_once = compiled.cost_analysis()
   body_once = (body_once[0] if isinstance(body_once, (list, tuple)) else body_once)["flops"]
   assert with_loops == pytest.approx(counted.total, rel=0.1)  # 6.5% apart here, 2.3% quick
@@ -117,7 +118,7 @@ def test_xla_with_loops_counted_agrees_with_the_jaxpr_and_xla_as_it_is_does_not(
 
 
 def test_ops_are_attributed_to_the_scopes_of_the_model_and_the_step():
-  part = cpu_efficiency.part_of
+  part = hlo_profile.part_of
   assert part("jit(step_fn)/transpose(jvp(encoder))/while/body/dot_general") == (
       "encoder", "backward")
   assert part("jit(step_fn)/jvp(decoder)/while/body/closed_call/add") == ("decoder", "forward")
@@ -129,11 +130,11 @@ def test_ops_are_attributed_to_the_scopes_of_the_model_and_the_step():
   assert part("") == ("other", "forward")
   marks = [(30, 5, "end: dot.1"), (10, 20, "dot.1"), (0, 2, "while.3"), (40, 1, "end: while.3"),
            (5, 1, "ThunkExecutor::Execute")]
-  assert cpu_efficiency.thunk_times(marks) == [(10, 20, "dot.1")]
+  assert hlo_profile.thunk_times(marks) == [(10, 20, "dot.1")]
   hlo = ('  %dot.1 = f32[2,2]{1,0} dot(%a, %b), lhs_contracting_dims={1}, '
          'metadata={op_name="jit(f)/jvp(decoder)/dot_general" stack_frame_id=3}\n'
          '  ROOT %copy.2 = f32[2,2]{1,0} copy(%dot.1)\n')
-  assert cpu_efficiency.hlo_op_names(hlo) == {"dot.1": "jit(f)/jvp(decoder)/dot_general"}
+  assert hlo_profile.hlo_op_names(hlo) == {"dot.1": "jit(f)/jvp(decoder)/dot_general"}
 
 
 def test_a_traced_program_is_broken_down_by_its_scopes(tmp_path):
@@ -152,7 +153,7 @@ def test_a_traced_program_is_broken_down_by_its_scopes(tmp_path):
       compiled(w, xs).block_until_ready()
   import glob  # pylint: disable=g-import-not-at-top
   xspace = glob.glob(str(tmp_path / "**" / "*.xplane.pb"), recursive=True)[0]
-  rows = cpu_efficiency.breakdown(xspace, compiled.as_text(), 3, 1.0)
+  rows = hlo_profile.breakdown(xspace, compiled.as_text(), 3, 1.0)
   found = {(r["part"], r["direction"]): r for r in rows}
   for key in [("encoder", "forward"), ("encoder", "backward")]:
     assert found[key]["ms"] > 0 and found[key]["loop_thunks"] >= 16  # one or more per step
@@ -176,8 +177,8 @@ def _outer(x):
 
 def test_the_call_stack_of_each_op_is_read_from_the_compiled_module():
   hlo = jax.jit(_outer).lower(jnp.ones((4, 4))).compile().as_text()
-  stacks = cpu_efficiency.hlo_stack_frames(hlo)
-  dots = {name: op for name, op in cpu_efficiency.hlo_op_names(hlo).items()
+  stacks = hlo_profile.hlo_stack_frames(hlo)
+  dots = {name: op for name, op in hlo_profile.hlo_op_names(hlo).items()
           if "dot_general" in op}
   found = sorted(stacks[name][-3:] for name in dots)
   assert len(found) == 2
@@ -189,11 +190,11 @@ def test_the_call_stack_of_each_op_is_read_from_the_compiled_module():
            'StackFrames\n1 {file_location_id=1 parent_frame_id=0}\n'
            '2 {file_location_id=2 parent_frame_id=1}\n\n'
            '  %dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="x" stack_frame_id=2}\n')
-  assert cpu_efficiency.hlo_stack_frames(table) == {"dot.1": ("f", "g")}
+  assert hlo_profile.hlo_stack_frames(table) == {"dot.1": ("f", "g")}
 
 
 def test_transformer_ops_are_attributed_by_the_functions_that_made_them():
-  part = cpu_efficiency.transformer_part_of
+  part = hlo_profile.transformer_part_of
   enc = ("train_step", "Transformer.__call__", "Transformer._encode", "EncoderLayer.__call__")
   dec = ("train_step", "Transformer.__call__", "DecoderLayer.__call__")
   mha = ("MultiHeadAttention.__call__",)
@@ -234,9 +235,9 @@ def test_every_product_of_a_transformer_step_is_attributed_to_a_part_of_the_mode
   step = jax.jit(functools.partial(steps.train_step, graphdef, tx, pad_id=0))
   hlo = step.lower(params, rest, tx.init(params), src, tgt, tgt,
                    jax.random.key(0)).compile().as_text()
-  stacks = cpu_efficiency.hlo_stack_frames(hlo)
-  parts = [cpu_efficiency.transformer_part_of(op, stacks.get(name, ()))
-           for name, op in cpu_efficiency.hlo_op_names(hlo).items() if "dot_general" in op]
+  stacks = hlo_profile.hlo_stack_frames(hlo)
+  parts = [hlo_profile.transformer_part_of(op, stacks.get(name, ()))
+           for name, op in hlo_profile.hlo_op_names(hlo).items() if "dot_general" in op]
   assert parts and ("other", "forward") not in parts and ("other", "backward") not in parts
   for attention in ("encoder self attention", "decoder self attention", "cross attention"):
     for what in ("projections", "scores, softmax, sum"):
@@ -259,6 +260,7 @@ def test_no_hand_count_for_unprojected_scores():
     (["--cells=nosuch:8"], "nosuch"),
     ([f"--profile={os.path.abspath(__file__)}"], "--profile"),
     (["--repeats=0"], "--repeats"),
+    (["--num_heads=4"], "num_heads"),  # a Transformer field given to the RNN's preset
 ])
 def test_bad_flags_exit_with_one_line_before_any_work(args, named):
   _refused(args, named)

@@ -1,0 +1,193 @@
+"""Compiling a program for a TPU or an H100 on a CPU-only host, and what XLA says about it.
+
+Needs the AOT environment (`.venv-aot`: libtpu, the CUDA plugin; built by
+scripts/aot_env.sh) and its process environment set before jax starts
+(`experiments.compile_check.ENVIRONMENT`: compile for the described devices
+only, never look for a local one).
+
+The model code picks its attention kernel from `jax.default_backend()`,
+which is 'cpu' here; while a program is traced it is told the target's
+platform (`_backend_as`), so the compiled program is the one the device
+would run. `compile_case` gives one row per program: compiled or the error,
+XLA's memory analysis and whether it fits, the loop-aware FLOPs and bytes
+(`hlo.loop_aware_cost`) and the predicted time (`compile_targets`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import importlib
+import os
+import time
+
+import numpy as np
+
+from attention_jax.analysis import compile_cases
+from attention_jax.analysis import compile_targets
+from attention_jax.analysis import hlo
+from attention_jax.training import provenance as provenance_lib
+
+# The repository this file is in (its commit is recorded in every row).
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# Everything that shapes the compiled programs.
+DISTRIBUTIONS = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt",
+                 "nvidia-cudnn-cu13", "flax", "optax")
+
+
+def versions() -> dict[str, str | None]:
+  """Python's and the installed versions of `DISTRIBUTIONS` (None: not installed)."""
+  return provenance_lib.versions(DISTRIBUTIONS)
+
+
+def git_commit() -> str | None:
+  """HEAD of the checkout this file is in, '+dirty' when tracked files differ from it."""
+  head, dirty = provenance_lib.git_state(_ROOT)
+  if head is None:
+    return None
+  return head + ("+dirty" if dirty else "")
+
+
+def _cudnn_version() -> tuple[int, int]:
+  v = versions().get("nvidia-cudnn-cu13")
+  if not v:
+    return (9, 12)
+  major, minor = v.split(".")[:2]
+  return int(major), int(minor)
+
+
+def target_device(target: compile_targets.Target):
+  """One compile-only device of `target`."""
+  from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
+  if target.platform == "tpu":
+    topo = topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+  else:
+    config = compile_targets.h100_target_config(_cudnn_version())
+    topo = topologies.get_topology_desc(target.name, "cuda", target_config=config,
+                                        topology="1x1x1")
+  return topo.devices[0]
+
+
+@contextlib.contextmanager
+def _backend_as(platform: str):
+  """`jax.default_backend()` answers the target's platform ('gpu' for CUDA)
+  while a program is traced, so that the model code picks the kernels it
+  would pick on the device (attention.select_implementation asks it)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  name = "gpu" if platform == "cuda" else platform
+  original = jax.default_backend
+  jax.default_backend = lambda: name
+  try:
+    yield
+  finally:
+    jax.default_backend = original
+
+
+@contextlib.contextmanager
+def _cudnn_probe_on(sharding):
+  """`attention`'s cuDNN probe compiles for the device of `sharding` while a
+  program is traced: compiled for this host's CPU, the probe fails and `auto`
+  would take XLA's kernel where the device would take cuDNN's."""
+  # The module, not the function `attention_jax.attention` it exports.
+  attention = importlib.import_module("attention_jax.attention")
+  original = attention.cudnn_probe_sharding
+  attention.cudnn_probe_sharding = sharding
+  try:
+    yield
+  finally:
+    attention.cudnn_probe_sharding = original
+
+
+def _abstract_mesh_of(sharding):
+  """Lowering sees the target's device as its abstract mesh: Pallas's Triton
+  backend reads the GPU it compiles for from there ('No supported GPU
+  devices found' otherwise, on a host without one)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.sharding.use_abstract_mesh(sharding.mesh.abstract_mesh)
+
+
+def _device_sharding(device):
+  """A sharding that places an array whole on `device`."""
+  from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
+  return NamedSharding(Mesh(np.array([device]), ("device",)), PartitionSpec())
+
+
+def _on_device(args, sharding):
+  """Every array of `args` as a ShapeDtypeStruct placed by `sharding`."""
+  import jax  # pylint: disable=g-import-not-at-top
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), args)
+
+
+def compile_case(case: compile_cases.Case, target: compile_targets.Target, device) -> dict:
+  """Compiles `case` for `device`; the row of what XLA says about it."""
+  row = {"program": case.program, "case": case.case, "shapes": case.shapes,
+         "target": target.name, "device_kind": getattr(device, "device_kind", None),
+         "device_memory_bytes": target.memory_bytes}
+  import jax  # pylint: disable=g-import-not-at-top
+  start = time.perf_counter()
+  sharding = _device_sharding(device)
+  try:
+    with (_backend_as(target.platform), _cudnn_probe_on(sharding),
+          _abstract_mesh_of(sharding)):
+      fn, args = case.build()
+      lowered = fn.lower(*_on_device(args, sharding))
+      pallas = (hlo.pallas_cost_estimates(jax.make_jaxpr(fn)(*_on_device(args, sharding)))
+                if target.platform == "cuda" else None)
+    compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except
+    row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
+               compile_s=round(time.perf_counter() - start, 2))
+    return row
+  row.update(status="compiled", compile_s=round(time.perf_counter() - start, 2))
+  mem = compiled.memory_analysis()
+  memory = {"argument_bytes": int(mem.argument_size_in_bytes),
+            "output_bytes": int(mem.output_size_in_bytes),
+            "alias_bytes": int(mem.alias_size_in_bytes),
+            "temp_bytes": int(mem.temp_size_in_bytes)}
+  row.update(memory, total_bytes=compile_targets.total_bytes(memory),
+             fits=compile_targets.fits(memory, target.memory_bytes))
+  own = compiled.cost_analysis() or {}
+  if isinstance(own, list):  # older jax: one dict per module
+    own = own[0] if own else {}
+  if own:
+    row.update(target_flops=own.get("flops"), target_bytes_accessed=own.get("bytes accessed"),
+               target_optimal_seconds=own.get("optimal_seconds"))
+  text = compiled.as_text()
+  row["fused_attention"] = hlo.fused_attention_kernel(text)
+  try:
+    modules = compiled.runtime_executable().hlo_modules()
+    cost = hlo.loop_aware_cost(modules[0].to_string(), hlo.cpu_cost_analysis)
+  except Exception as e:  # pylint: disable=broad-except
+    row["cost_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
+    return row
+  if pallas and pallas["calls"] and hlo.TRITON_CALL in cost["uncosted_custom_calls"]:
+    # The Triton kernels' own estimates, which the compiled program lacks.
+    cost["flops"] += pallas["flops"]
+    cost["bytes accessed"] += pallas["bytes accessed"]
+    row["pallas_costed_from_jaxpr"] = pallas["calls"]
+  row.update(flops=cost["flops"], bytes_accessed=cost["bytes accessed"],
+             kernels=int(cost["kernels"]), loop_iterations=int(cost["iterations"]),
+             loops=cost["loops"], unknown_trip_loops=cost["unknown_trip_loops"],
+             uncosted_custom_calls=cost["uncosted_custom_calls"],
+             roofline_s=compile_targets.roofline_seconds(
+                 cost["flops"], cost["bytes accessed"], target.peak_flops, target.bandwidth),
+             predicted_s=compile_targets.predict_seconds(cost, target))
+  if case.steps:
+    row.update(steps=case.steps, predicted_total_s=case.steps * row["predicted_s"])
+  if case.attention_flops:
+    row["attention_flops"] = case.attention_flops
+    row["predicted_tflops"] = case.attention_flops / row["predicted_s"] / 1e12
+  return row
+
+
+def row_provenance(command: str) -> dict:
+  """What every row records of how it was made: versions, commit, command,
+  date, and the host that compiled it (its CPU model; `device_kind` is the
+  target's), which the compile times depend on."""
+  from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
+  return {"versions": versions(), "commit": git_commit(), "command": command,
+          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+          "host_cpu": benchmarking.cpu_model(benchmarking.read_cpuinfo())}
+

@@ -1,0 +1,221 @@
+"""The compile check's report: a Markdown table per program and one of every row.
+
+Each row is what XLA said of one compiled program for one target
+(`compile_device.compile_case`): memory, FLOPs, predicted time. The tables
+are written next to the rows, `<out>/<target>.md` beside `<out>/<target>.jsonl`,
+and can be rewritten from the rows alone (`report_only`).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any, Iterable, Mapping, Sequence
+
+from attention_jax.analysis import compile_targets
+
+
+def format_gb(n) -> str:
+  """Bytes as GB with two decimals; '–' for none."""
+  return "–" if n is None else f"{n / 1e9:.2f}"
+
+
+def format_seconds(s) -> str:
+  """Seconds in the unit that reads best (min, s, ms, µs); '–' for none."""
+  if s is None:
+    return "–"
+  if s < 0:  # libtpu's optimal_seconds of some loop programs
+    return f"{s:.3g} s (negative)"
+  if s >= 60:
+    return f"{s / 60:.1f} min"
+  if s >= 1:
+    return f"{s:.2f} s"
+  if s >= 1e-3:
+    return f"{s * 1e3:.2f} ms"
+  return f"{s * 1e6:.0f} µs"
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """One line per row: program, case, status, memory (GB) and verdict, FLOPs,
+  predicted time, the fused attention kernel if any."""
+  head = ("| program | case | status | args GB | out GB | temp GB | total GB | fits | "
+          "GFLOP | predicted | TPU optimal_s (loops once) | kernel |\n"
+          "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
+  lines = []
+  for r in rows:
+    ok = r.get("status") == "compiled"
+    status = "compiled" if ok else f"error: {str(r.get('error', ''))[:80]}"
+    verdict = "–" if r.get("fits") is None else ("yes" if r["fits"] else "**no**")
+    flops = r.get("flops")
+    lines.append(
+        f"| {r['program']} | {r['case']} | {status} | {format_gb(r.get('argument_bytes'))} | "
+        f"{format_gb(r.get('output_bytes'))} | {format_gb(r.get('temp_bytes'))} | "
+        f"{format_gb(r.get('total_bytes'))} | {verdict} | "
+        f"{'–' if flops is None else f'{flops / 1e9:,.1f}'} | "
+        f"{format_seconds(r.get('predicted_s'))} | "
+        f"{format_seconds(r.get('target_optimal_seconds'))} | "
+        f"{r.get('fused_attention') or '–'} |")
+  return head + "\n".join(lines) + "\n"
+
+
+def sweep_seconds(rows: Iterable[Mapping[str, Any]], program: str = "gpu_sweep",
+                  key: str = "predicted_s") -> float | None:
+  """Predicted training time of a whole sweep: Σ steps × the rows' `key`
+  (`predicted_s`, or `roofline_s` for the bound without overheads) over the
+  rows of `program` (None when one failed or none ran)."""
+  chosen = [r for r in rows if r["program"] == program]
+  if not chosen or any(r.get(key) is None or not r.get("steps") for r in chosen):
+    return None
+  return sum(r["steps"] * r[key] for r in chosen)
+
+
+def _count(n) -> str:
+  return "–" if n is None else f"{n:,}"
+
+
+def _compiled(rows, program):
+  return [r for r in rows if r["program"] == program and r.get("status") == "compiled"]
+
+
+def sweep_table(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -> str:
+  """Per (arm, dim) of the sweep: memory, step time (FLOPs at peak alone, the
+  roofline, and with overheads) and the time of its steps."""
+  lines = ["| arm | total GB | fits | GFLOP / step | FLOPs at peak | roofline step | "
+           "predicted step | kernels / step | loop iterations / step | steps | predicted time |",
+           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  for r in _compiled(rows, "gpu_sweep"):
+    flops = r.get("flops")
+    lines.append(f"| {r['case']} | {format_gb(r.get('total_bytes'))} | "
+                 f"{'yes' if r.get('fits') else '**no**'} | "
+                 f"{'–' if flops is None else f'{flops / 1e9:,.0f}'} | "
+                 f"{'–' if flops is None else format_seconds(flops / target.peak_flops)} | "
+                 f"{format_seconds(r.get('roofline_s'))} | "
+                 f"{format_seconds(r.get('predicted_s'))} | {_count(r.get('kernels'))} | "
+                 f"{_count(r.get('loop_iterations'))} | {_count(r.get('steps'))} | "
+                 f"{format_seconds(r.get('predicted_total_s'))} |")
+  return "\n".join(lines) + "\n"
+
+
+def kernel_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per kernel case: memory, predicted time and TFLOP/s by the benchmark's
+  FLOP count (FlashAttention convention), and the fused kernel if any."""
+  lines = ["| case | total GB | fits | predicted | TFLOP/s (benchmark count) | cuDNN |",
+           "|---|---:|---|---:|---:|---|"]
+  for r in rows:
+    if r["program"] != "kernels":
+      continue
+    if r.get("status") != "compiled":
+      lines.append(f"| {r['case']} | error: {str(r.get('error', ''))[:100]} | | | | |")
+      continue
+    tflops = r.get("predicted_tflops")
+    lines.append(f"| {r['case']} | {format_gb(r.get('total_bytes'))} | "
+                 f"{'yes' if r.get('fits') else '**no**'} | "
+                 f"{format_seconds(r.get('predicted_s'))} | "
+                 f"{'–' if tflops is None else f'{tflops:.0f}'} | "
+                 f"{'yes' if r.get('fused_attention') == 'cudnn' else 'no'} |")
+  return "\n".join(lines) + "\n"
+
+
+def additive_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Temporary memory of the chunked and the naive additive score over T."""
+  by_t: dict[int, dict[str, Mapping]] = {}
+  for r in rows:
+    if r["program"] == "additive":
+      by_t.setdefault(r["shapes"]["seq_len"], {})[r["shapes"]["impl"]] = r
+
+  def cell(r):
+    if r is None:
+      return "–"
+    if r.get("status") != "compiled":
+      return "error"
+    return f"{format_gb(r['temp_bytes'])}{'' if r.get('fits') else ' (does not fit)'}"
+
+  if any("additive_pallas" in forms for forms in by_t.values()):
+    return _additive_table_with_pallas(by_t, cell)
+  lines = ["| T | chunked temp GB | naive temp GB | chunked predicted | naive predicted |",
+           "|---:|---:|---:|---:|---:|"]
+  for t in sorted(by_t):
+    c, n = by_t[t].get("additive_chunked"), by_t[t].get("additive_naive")
+    lines.append(f"| {t} | {cell(c)} | {cell(n)} | "
+                 f"{format_seconds((c or {}).get('predicted_s'))} | "
+                 f"{format_seconds((n or {}).get('predicted_s'))} |")
+  return "\n".join(lines) + "\n"
+
+
+def _additive_table_with_pallas(by_t, cell) -> str:
+  """Temporaries, counted GFLOP and predicted time of the three forms over T."""
+  forms = ("additive_pallas", "additive_chunked", "additive_naive")
+  names = [f.split("_")[1] for f in forms]
+  lines = ["| T | " + " | ".join(f"{n} temp GB" for n in names) + " | "
+           + " | ".join(f"{n} GFLOP" for n in names) + " | "
+           + " | ".join(f"{n} predicted" for n in names) + " |",
+           "|---:|" + "---:|" * (3 * len(forms))]
+  for t in sorted(by_t):
+    rows = [by_t[t].get(f) or {} for f in forms]
+    flops = [("–" if r.get("flops") is None else f"{r['flops'] / 1e9:,.0f}") for r in rows]
+    lines.append(f"| {t} | " + " | ".join(cell(r or None) for r in rows) + " | "
+                 + " | ".join(flops) + " | "
+                 + " | ".join(format_seconds(r.get("predicted_s")) for r in rows) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -> str:
+  """The markdown report: the target, the sweep prediction, a table per
+  program and every row."""
+  parts = [f"# Compile check: {target.description}\n",
+           f"Device memory {target.memory_bytes / 1e9:.1f} GB (a program fits when arguments + "
+           f"outputs + temporaries - aliased ≤ 90% of it); peak {target.peak_flops / 1e12:.0f} "
+           f"TFLOP/s bf16, {target.bandwidth / 1e12:.2f} TB/s; overhead per kernel "
+           f"{target.kernel_overhead_s * 1e6:g} µs and per loop iteration "
+           f"{target.iteration_overhead_s * 1e6:g} µs (assumed).\n"]
+  if rows:
+    first = rows[0]
+    parts.append(f"Compiled on a CPU-only host with {json.dumps(first.get('versions'))}, "
+                 f"commit {first.get('commit')}, {first.get('date')}: "
+                 f"`{first.get('command')}`.\n")
+  sweep = sweep_seconds(rows)
+  if sweep is not None:
+    compute = sum(r["steps"] * r["flops"] / target.peak_flops
+                  for r in rows if r["program"] == "gpu_sweep")
+    parts.append(f"Predicted training time of the `gpu` sweep (every arm and dimension, "
+                 f"training steps only, no evaluation or decoding): **{format_seconds(sweep)}**; "
+                 f"the roofline alone (no overheads) "
+                 f"{format_seconds(sweep_seconds(rows, key='roofline_s'))}, "
+                 f"the FLOPs at peak alone "
+                 f"{format_seconds(compute)}.\n")
+  for program, title, table in (
+      ("gpu_sweep", "The `gpu` preset's training step (seeds vmapped, widest batch)",
+       functools.partial(sweep_table, target=target)),
+      ("kernels", "Kernel benchmark headline shapes", kernel_table),
+      ("additive", "Additive score, a = 1024, forward+backward", additive_table)):
+    if any(r["program"] == program for r in rows):
+      parts.append(f"## {title}\n\n{table(rows)}")
+  parts.append(f"## Every program\n\n{markdown_table(rows)}")
+  return "\n".join(parts)
+
+
+def report_only(out: str, target: compile_targets.Target) -> str:
+  """Rewrites `<out>/<target>.md` from `<out>/<target>.jsonl`; returns it."""
+  path = os.path.join(out, target.name + ".jsonl")
+  if not os.path.exists(path):
+    raise ValueError(f"`--out` {out} has no {target.name}.jsonl to report.")
+  with open(path, encoding="utf-8") as f:
+    rows = [json.loads(line) for line in f if line.strip()]
+  write_report(out, target, rows, jsonl=False)
+  return summary(rows, target)
+
+
+def write_report(out: str, target: compile_targets.Target, rows: list[dict],
+                 jsonl: bool = True) -> None:
+  """`<out>/<target>.md` from `rows` and, with `jsonl`, the rows as `<out>/<target>.jsonl`;
+  each file replaced whole (a killed run leaves the previous one, not half of it)."""
+  files = [(".md", summary(rows, target))]
+  if jsonl:
+    files.append((".jsonl", "".join(json.dumps(r) + "\n" for r in rows)))
+  for suffix, text in files:
+    path = os.path.join(out, target.name + suffix)
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+      f.write(text)
+    os.replace(path + ".tmp", path)
+
