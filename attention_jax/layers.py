@@ -61,7 +61,7 @@ def dense(layer: nnx.Linear, x: jax.Array) -> jax.Array:
   gradient and takes a slow matrix-product path: the quick RNN's output layer
   ([64, 32, 128] @ [128, 2000], log-softmax loss, forward and backward) takes
   54 ms that way and 24 ms flattened, on one core of the 2-core Xeon
-  (results/cpu_efficiency/round2/micro.py and micro.log, commit c8b4b72).
+  (results/cpu_efficiency/round2/micro.log, commit c8b4b72; experiments/cpu_micro.py).
 
   Why only there: compiled for a TPU v5e, the flattened form made the `gpu`
   sweep's step (additive a = 128) count 94 GB of memory traffic and 20.7k ops

@@ -1,0 +1,89 @@
+"""results/transformer_cpu/commands.sh: the Transformer's d_k ablation with its extension
+rule, run with stand-in drivers (the real run takes 11 hours on 2 cores): it extends
+every run by 500 steps while a scaled_dot run ends below validation BLEU 12, copies
+each stage's reports, and a stopped run resumes at the stage it was at."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPT = os.path.join(ROOT, "results", "transformer_cpu", "commands.sh")
+
+# `python` for the script: `-c` code runs as Python does; `-m DRIVER` is logged
+# and the ablation writes the files of a finished stage, scaled_dot's seeds at
+# best validation BLEU `BLEU[steps]` (a `dot` run far below: not the rule's).
+STAND_IN = textwrap.dedent("""\
+    #!{python}
+    import json, os, sys
+    args = sys.argv[1:]
+    if args[0] == "-c":
+        sys.argv = ["-c", *args[2:]]
+        exec(args[1])
+        sys.exit(0)
+    module, flags = args[1], dict(a[2:].split("=", 1) for a in args[2:] if "=" in a)
+    with open(os.environ["CALLS"], "a") as f:
+        f.write(" ".join(args[1:]) + "\\n")
+    BLEU = {{1500: (11.63, 11.28), 2000: (12.62, 13.52)}}
+    if module == "experiments.ablation":
+        steps, workdir = int(flags["steps"]), flags["workdir"]
+        rows = [dict(arm="scaled_dot", dim=16, seed=s, steps=steps, val_bleu=b)
+                for s, b in enumerate(BLEU[steps])]
+        rows.append(dict(arm="dot", dim=16, seed=0, steps=steps, val_bleu=1.5))
+        for arm in ("scaled_dot_d16", "dot_d16"):
+            os.makedirs(os.path.join(workdir, "runs", arm), exist_ok=True)
+            with open(os.path.join(workdir, "runs", arm, "metrics.jsonl"), "w") as f:
+                f.write(json.dumps({{"step": steps}}) + "\\n")
+        with open(os.path.join(workdir, "results.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\\n" for r in rows)
+        for name in ("table.md", "ablation.png", "validation.png", "diagnostics.png"):
+            with open(os.path.join(workdir, name), "w") as f:
+                f.write(f"{{name}} at {{steps}}\\n")
+        print(f"trained to {{steps}}")
+    elif module == "experiments.attention_kinds":
+        print(f"kinds up to {{flags['last_step']}}")
+    """)
+
+
+def _run(tmp_path, *args):
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir(exist_ok=True)
+  (bin_dir / "python").write_text(STAND_IN.format(python=sys.executable))
+  (bin_dir / "python").chmod(0o755)
+  env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+         "CALLS": str(tmp_path / "calls.log")}
+  proc = subprocess.run(["bash", SCRIPT, *args], cwd=tmp_path, env=env, capture_output=True,
+                        text=True, timeout=120)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return proc.stdout, (tmp_path / "calls.log").read_text().splitlines()
+
+
+def test_the_rule_extends_once_and_each_stage_is_copied(tmp_path):
+  out, calls = _run(tmp_path, "runs/t")
+  assert calls == [
+      "experiments.prepare_data --vocab_size=2000",
+      "experiments.ablation --preset=transformer --workdir=runs/t --steps=1500",
+      "experiments.attention_kinds --preset=transformer --workdir=runs/t --last_step=1500",
+      "experiments.ablation --preset=transformer --workdir=runs/t --steps=2000",
+      "experiments.attention_kinds --preset=transformer --workdir=runs/t --last_step=2000"]
+  assert "rule at 1500 steps fires (2 scaled_dot runs below 12)" in out
+  assert "rule at 2000 steps: every scaled_dot run has best validation BLEU >= 12" in out
+  here = tmp_path / "results" / "transformer_cpu"
+  assert sorted(os.listdir(here)) == ["steps1500", "steps2000"]
+  assert sorted(os.listdir(here / "steps1500")) == [
+      "ablation.log", "ablation.png", "diagnostics.png", "kinds.md", "results.jsonl",
+      "table.md", "validation.png"]
+  assert (here / "steps1500" / "table.md").read_text() == "table.md at 1500\n"
+  assert (here / "steps1500" / "ablation.log").read_text() == "trained to 1500\n"
+  assert (here / "steps1500" / "kinds.md").read_text() == "kinds up to 1500\n"
+  # the final stage also keeps every run's metrics log, named by its run folder
+  assert sorted(os.listdir(here / "steps2000" / "metrics")) == ["dot_d16.jsonl",
+                                                                "scaled_dot_d16.jsonl"]
+
+
+def test_a_stopped_run_resumes_at_its_stage(tmp_path):
+  out, calls = _run(tmp_path, "runs/t", "2000")
+  assert [c for c in calls if "ablation" in c] == [
+      "experiments.ablation --preset=transformer --workdir=runs/t --steps=2000"]
+  assert "fires" not in out
