@@ -1,6 +1,7 @@
 """The documentation keeps its promises: links resolve, the README stays one
-screen of reference, every results folder is indexed, and every committed
-ablation table says what its `results.jsonl` says.
+screen of reference, every results folder is indexed, every committed
+ablation table says what its `results.jsonl` says, and results/ holds data
+only: no code, and no path of the machine that made it.
 
 Fast (reads text files only); part of the default suite.
 """
@@ -11,6 +12,7 @@ import json
 import math
 import re
 import statistics
+import subprocess
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -204,6 +206,73 @@ def test_every_results_folder_has_a_readme():
   folders += [p for p in (RESULTS / "archive").iterdir() if p.is_dir()]
   assert [str(p.relative_to(RESULTS)) for p in folders
           if not p.name.startswith((".", "__")) and not (p / "README.md").is_file()] == []
+
+
+# What results/ may hold: data, documents and the shell commands that made them.
+RESULTS_EXTENSIONS = {".json", ".jsonl", ".png", ".svg", ".md", ".log", ".txt", ".tsv",
+                      ".csv", ".gz", ".sh"}
+_PYTHON_LINE = re.compile(rb"^(?:import \w|from [\w.]+ import |#!.*python).*$", re.M)
+# A folder of the machine that made a file: a path that means nothing in a clone.
+_MACHINE_PATH = re.compile(rb"/(?:work|tmp|root|home)/")
+
+
+def results_files() -> list[Path]:
+  """Every file under results/ that git tracks or would add (not ignored);
+  outside a git checkout, every file there."""
+  try:
+    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others",
+                          "--exclude-standard", "results"],
+                         capture_output=True, check=True, timeout=60).stdout
+  except (OSError, subprocess.SubprocessError):
+    return sorted(p for p in RESULTS.rglob("*") if p.is_file())
+  return sorted({ROOT / name for name in out.decode().split("\0") if name
+                 and (ROOT / name).is_file()})
+
+
+def code_in_results(files: list[Path], root: Path = ROOT) -> list[str]:
+  """The files that are code: by extension (anything but data, documents and
+  shell commands), or by content (a line of a Python import or shebang)."""
+  bad = [f"{p.relative_to(root)}: a {p.suffix or 'extensionless'} file" for p in files
+         if p.suffix not in RESULTS_EXTENSIONS]
+  for p in files:
+    if p.suffix in RESULTS_EXTENSIONS and p.suffix not in (".png", ".gz"):
+      found = _PYTHON_LINE.search(p.read_bytes())
+      if found:
+        bad.append(f"{p.relative_to(root)}: {found.group(0).decode(errors='replace')!r}")
+  return bad
+
+
+def machine_paths_in(files: list[Path], root: Path = ROOT) -> list[str]:
+  """`file:line` of every absolute path of a machine's folders in `files`."""
+  bad = []
+  for p in files:
+    data = p.read_bytes()
+    for found in _MACHINE_PATH.finditer(data):
+      line = data.count(b"\n", 0, found.start()) + 1
+      bad.append(f"{p.relative_to(root)}:{line}")
+  return bad
+
+
+def test_results_hold_no_code():
+  # Code there rots untested (a script that no longer ran with today's trainer):
+  # it belongs in experiments/ or the package, where the tests run it.
+  assert code_in_results(results_files()) == []
+
+
+def test_no_results_file_names_a_folder_of_the_machine_that_made_it():
+  assert machine_paths_in(results_files()) == []
+
+
+def test_the_results_checks_see_code_and_machine_paths(tmp_path):
+  (tmp_path / "kinds.py").write_text("import json\n")
+  (tmp_path / "notes.txt").write_text("text\nfrom attention_jax import models\n")
+  (tmp_path / "run.log").write_text("ok\nwrote /work/runs/x/table.md, /tmp/y\n")
+  (tmp_path / "fine.md").write_text("`python -m experiments.ablation --workdir=runs/x`\n"
+                                    "    import attention_jax  # indented: an example\n")
+  files = sorted(tmp_path.iterdir())
+  assert code_in_results(files, tmp_path) == [
+      "kinds.py: a .py file", "notes.txt: 'from attention_jax import models'"]
+  assert machine_paths_in(files, tmp_path) == ["run.log:2", "run.log:2"]
 
 
 @pytest.mark.parametrize("folder", ablation_folders(), ids=lambda p: str(p.relative_to(ROOT)))

@@ -16,4 +16,15 @@ nothing in `training` or `sweep` imports from here (a sweep's driver hands
                     d_k grid, lr*, the absolute criterion, sensitivity, the law
   threshold_tables  its Markdown tables
   threshold_plots   its figures
+  attention_kinds   a Transformer sweep's per-kind logits and saturation over training
+  compile_targets   accelerators to compile for on a CPU host, and the roofline prediction
+  compile_cases     the compile check's programs (training steps, kernels, additive)
+  compile_device    compiling one for a described device: memory, FLOPs, predicted time
+  compile_tables    the compile check's Markdown report
+  hlo               HLO text: loops, trip counts, the loop-aware cost of a program
+  hlo_profile       where a traced XLA:CPU step's time goes, by part of the model
+  init_logits_probes  the attention modules' queries, keys and logits at step 0
+  init_logits_tables  their log-log fits, table and figure against d_k
+  step_time         the batches a training step is timed on (the clock:
+                    `benchmarking.time_steps`)
 """

@@ -8,13 +8,14 @@
 # runs/additive_d128/metrics.jsonl. Every setting not named is the quick
 # preset's (embedding/hidden 128, vocab 2000, batch 64, max_length 32,
 # dropout 0.1).
+mkdir -p runs/rec runs/probe
 run() {
   local name=$1 core=$2; shift 2
   XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1" \
   taskset -c "$core" python -m experiments.train --preset=quick --arm=additive --dim=128 \
     --seeds=1 --beam_size=1 --eval_every=250 --eval_examples=200 \
     --test_examples=300 --diag_every=250 --checkpoint_every=1000 --log_every=250 \
-    --workdir="/tmp/rec/$name" "$@" > "/tmp/rec/$name.log" 2>&1
+    --workdir="runs/rec/$name" "$@" > "runs/rec/$name.log" 2>&1
 }
 run R0 0 --steps=2000 --learning_rate=3e-3 --warmup_steps=30 &        # the recipe before
 run R2_len40 1 --steps=2000 --learning_rate=3e-3 --warmup_steps=30 --max_length=40; wait
@@ -38,7 +39,7 @@ probe() {
   taskset -c "$core" python -m experiments.train --preset=quick --arm=$arm --dim=$dim \
     --seeds=1 --steps=$steps --eval_every=500 --eval_examples=200 --test_examples=300 \
     --beam_size=1 --diag_every=100 --checkpoint_every=100000 --log_every=100 \
-    --workdir="/tmp/probe/$name" "$@" > "/tmp/probe/$name.log" 2>&1
+    --workdir="runs/probe/$name" "$@" > "runs/probe/$name.log" 2>&1
 }
 probe P1_scaled1024_lr2e-3 0 scaled_multiplicative 1024 2000 --learning_rate=2e-3 &  # test 9.03
 probe P2_scaled1024_lr3e-3 1 scaled_multiplicative 1024 2000 --learning_rate=3e-3; wait  # test 12.94

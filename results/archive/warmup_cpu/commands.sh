@@ -9,7 +9,7 @@
 # batches), 1000 steps, softmax diagnostics every 100 steps, greedy validation
 # BLEU on 200 verses every 500 steps. Code of commit bd8e044; run from the
 # repository root: `bash results/archive/warmup_cpu/commands.sh round1` (writes
-# /tmp/warm/<name>/ and /tmp/warm/<name>.log; metrics/W<k>.jsonl here is each
+# runs/warm/<name>/ and runs/warm/<name>.log; metrics/W<k>.jsonl here is each
 # run's runs/scaled_multiplicative_d128/metrics.jsonl).
 probe() {
   local name=$1; shift
@@ -17,7 +17,7 @@ probe() {
   python -m experiments.train --preset=quick --learning_rate=3e-3 --arm=scaled_multiplicative --dim=128 \
     --seeds=4 --steps=1000 --eval_every=500 --eval_examples=200 --test_examples=100 \
     --beam_size=1 --diag_every=100 --checkpoint_every=500 --log_every=100 \
-    --workdir="/tmp/warm/$name" "$@" > "/tmp/warm/$name.log" 2>&1
+    --workdir="runs/warm/$name" "$@" > "runs/warm/$name.log" 2>&1
 }
 round1() {
   probe W1_warmup100 --warmup_steps=100 &   # the quick preset's warm-up (control)
@@ -39,8 +39,8 @@ round1() {
 round2() {
   python -m experiments.ablation --preset=quick --learning_rate=3e-3 --steps=2500 \
     --arms=scaled_multiplicative --dims=128 \
-    --seeds=4 --sweep=warmup_steps=100,500 --workdir=/tmp/warm/round2 \
-    > /tmp/warm/round2.log 2>&1
+    --seeds=4 --sweep=warmup_steps=100,500 --workdir=runs/warm/round2 \
+    > runs/warm/round2.log 2>&1
 }
 # Outputs kept here: round2/ holds the grid's table.md, results.jsonl,
 # sweep_warmup_steps.png, max_logit.png, each point's metrics.jsonl
@@ -54,5 +54,5 @@ curves() {
     --run="4 seeds, warm-up 500=$d/round2/metrics/warmup500.jsonl"
 }
 
-mkdir -p /tmp/warm
+mkdir -p runs/warm
 "${1:-round2}"
