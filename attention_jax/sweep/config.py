@@ -62,9 +62,14 @@ class ExperimentConfig:
   dims: tuple[int, ...] = flag_field(
       (128, 256, 512, 1024), "attention dimensionalities a (size of W_1 h and W_2 s)")
   seeds: int = flag_field(4, "runs per (arm, dim), trained together as one program")
+  # Changes no number: it only drops runs from the sweep (a run it keeps is the
+  # same run as without it; `Plan` jobs, tested).
   additive_max_dim: int = flag_field(
       0, "largest dimension at which the additive arm runs (0 = all of --dims): per "
       "query it evaluates a tanh of a values for every key", changes_numbers=False)
+  # Changes no number of a run: it chooses what the significance tables compare,
+  # and a cached test records the digest of both runs' translations, so another
+  # baseline is computed afresh, never read from the cache (tested).
   baseline: str = flag_field(
       "", "arm every other arm is tested against at the same dimension ('' = additive "
       "when swept, else the first arm)", changes_numbers=False)
@@ -85,6 +90,8 @@ class ExperimentConfig:
   dtype: str = flag_field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
   # --- data ---
   dataset: str = flag_field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
+  # Changes no number: the same dataset, vocabulary size and length limit are
+  # prepared to the same examples and tokenizer in any folder (tested).
   data_dir: str = flag_field("", "prepared-data folder ('' = the default cache folder)",
                              changes_numbers=False)
   vocab_size: int = flag_field(8000, "joint SentencePiece vocabulary (ignored by synthetic tasks)")
@@ -105,9 +112,13 @@ class ExperimentConfig:
   val_beam_size: int = flag_field(0, "beam width of in-training validation BLEU (0 = beam_size)")
   length_penalty: float = flag_field(0.6, "GNMT length-penalty alpha")
   eval_every: int = flag_field(2000, "steps between validation-BLEU evaluations (best one is kept)")
+  # Changes no BLEU and no translation: it only groups sentences (chosen to fit
+  # the memory). The perplexity's sums over other groupings differ by float32
+  # rounding (about 2e-7 relative, tested), mostly below the 6 digits logged.
   eval_batch_size: int = flag_field(
       256, "largest number of sentences per evaluation batch (perplexity and decoding); "
       "smaller where a batch would not fit in --eval_memory_gb", changes_numbers=False)
+  # Changes no more than `eval_batch_size` (above) does: it only bounds it.
   eval_memory_gb: float = flag_field(
       0.0, "memory one evaluation program may use, GiB (0 = half the memory available "
       "when the run starts, shared by the --workers)", changes_numbers=False)
@@ -115,6 +126,9 @@ class ExperimentConfig:
   test_examples: int = flag_field(0, "test sentences for the final BLEU (0 = all)")
   diag_every: int = flag_field(200, "steps between softmax diagnostics (K)")
   checkpoint_every: int = flag_field(1000, "steps between Orbax checkpoints")
+  # Bookkeeping, changing no number: progress lines, the time budget (a paused
+  # run resumes from its checkpoint with an uninterrupted run's numbers) and
+  # how many runs train at once.
   log_every: int = flag_field(100, "steps between progress lines", changes_numbers=False)
   max_minutes: float = flag_field(
       0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit",
@@ -227,10 +241,10 @@ def check_family(model: str, given) -> None:
                        f"--model={model}; leave it out.")
 
 
-# Fields that change no run's numbers (`flag_field`): the evaluation batch only
-# groups sentences (it is chosen to fit in memory), the data folder holds the
-# same prepared data wherever it is, `additive_max_dim` and `baseline` choose
-# which runs are made and compared, the rest are bookkeeping.
+# Fields that change no run's numbers, as `flag_field` marks them (each says why
+# where it is defined): the one list a run's identity leaves out
+# (`workdir.RESUMABLE_FIELDS`: a run resumes under any value of these) and
+# `--sweep` refuses (`UNSWEEPABLE`).
 NO_NUMBERS = tuple(f.name for f in dataclasses.fields(ExperimentConfig)
                    if not f.metadata["changes_numbers"])
 

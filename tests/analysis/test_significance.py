@@ -174,3 +174,32 @@ def test_the_sweep_caches_each_comparison_under_its_inputs_and_format(tmp_path):
     with open(cache, "w") as f:
       json.dump(stale, f)
     assert reports.significance(workdir, cfg)[multiplicative] == first
+
+
+def test_another_baseline_is_compared_afresh_never_read_from_the_cache(tmp_path):
+  """Why `baseline` changes no number of a run: it only chooses what the
+  paired tests compare, and a run's cached test (significance.json) is of the
+  two runs' translations, so a test against another baseline is computed."""
+  import json
+  import os
+  from attention_jax.analysis import reports
+  from attention_jax.sweep import config, workdir as workdir_lib
+  refs, noisy = _systems(n=60)
+  runs = {"additive": [noisy(0.8)], "multiplicative": [noisy(0.4)],
+          "scaled_multiplicative": [noisy(0.6)]}
+  workdir = workdir_lib.Workdir(str(tmp_path))
+  for arm, hyps in runs.items():
+    folder = workdir.run(config.Arm.of(arm, 8))
+    os.makedirs(folder.path)
+    with open(folder.translations, "w") as f:
+      json.dump({"references": refs, "hypotheses": hyps}, f)
+  cfg = config.from_preset("smoke", arms=tuple(runs), dims=(8,), seeds=1)
+  scaled = config.Arm.of("scaled_multiplicative", 8)
+  for base in ("additive", "multiplicative", "additive"):
+    got = reports.significance(workdir, cfg.replace(baseline=base))[scaled]
+    want = significance.compare_runs({"references": refs, "hypotheses": runs[base]},
+                                     {"references": refs, "hypotheses": runs[scaled.name]})
+    assert got == want
+    with open(workdir.run(scaled).significance) as f:
+      assert json.load(f)["baseline"] == base
+

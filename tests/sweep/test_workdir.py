@@ -61,7 +61,8 @@ def test_the_fields_that_change_no_number_are_one_list_for_resuming_and_sweeping
   # They were two lists that disagreed: naming the default data folder with
   # --data_dir refused a resume although --sweep rejected data_dir as changing
   # nothing, and --sweep=baseline=a,b trained the same runs twice.
-  assert workdir_lib.RESUMABLE_FIELDS == config.UNSWEEPABLE == ("arms", "dims") + config.NO_NUMBERS
+  assert (workdir_lib.RESUMABLE_FIELDS == config.UNSWEEPABLE
+          == ("arms", "dims") + config.NO_NUMBERS)
   for name in ("data_dir", "additive_max_dim", "baseline"):
     assert name in config.NO_NUMBERS
     with pytest.raises(ValueError, match=f"cannot vary `{name}`: it does not change"):
@@ -81,6 +82,43 @@ def test_the_fields_that_change_no_number_are_one_list_for_resuming_and_sweeping
   with open(run.config, "w") as f:
     json.dump({**recorded, "data_dir": "/elsewhere"}, f)
   assert workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm)) is None
+
+
+def test_additive_max_dim_and_baseline_leave_every_run_as_it_is():
+  # `additive_max_dim` only drops runs, `baseline` only chooses what the
+  # tables compare: the runs a sweep keeps are the same runs, of the same settings.
+  cfg = config.from_preset("smoke", arms=("additive", "multiplicative"), dims=(8, 16))
+  plans = {changes: {job.arm: workdir_lib.fingerprint(job.config, job.arm)
+                     for job in runner.Plan.of(cfg.replace(**dict(changes)), "/w").jobs()}
+           for changes in ((), (("additive_max_dim", 8),), (("baseline", "multiplicative"),))}
+  everything = plans[()]
+  assert len(everything) == 4
+  assert set(everything) - set(plans[(("additive_max_dim", 8),)]) == {
+      config.Arm.of("additive", 16)}
+  for kept in plans.values():
+    assert all(everything[arm] == fp for arm, fp in kept.items())
+  assert plans[(("baseline", "multiplicative"),)] == everything
+
+
+def test_the_same_data_prepared_in_two_folders_is_the_same_data(tmp_path):
+  # Why `data_dir` changes no number: the examples and the tokenizer of a
+  # preparation depend on the dataset and the vocabulary size, not on the folder.
+  from attention_jax.data import input_pipeline
+  from attention_jax.data import tfds_prep
+  from tests.data.test_bible import ToyPairs
+  from tests.data.test_tokenizer import _corpus
+  prepared = []
+  for folder in (tmp_path / "one", tmp_path / "two"):
+    folder.mkdir()
+    builder = tfds_prep.ensure_prepared(
+        lambda folder=folder: ToyPairs(data_dir=str(folder), file_format="array_record"),
+        lock_dir=folder)
+    path = folder / "toy_pairs" / "tokenizers" / "1.0.0-bpe400.model"
+    tokenizer = input_pipeline.load_tokenizer(builder, path, _corpus, 400, lock_dir=folder)
+    examples = {split: [dict(e) for e in source]
+                for split, source in builder.as_data_source().items()}
+    prepared.append((examples, tokenizer.sha256))
+  assert prepared[0][0]["train"] and prepared[0] == prepared[1]
 
 
 def test_the_committed_grid_runs_still_match_the_command_that_made_them():

@@ -415,3 +415,24 @@ def test_a_piece_stops_before_a_final_evaluation_that_would_pass_its_deadline(tm
   assert result.rows[0]["test_bleu"] is not None
   assert any("resumed at step 4" in line for line in lines)
   assert not any("loss" in line and "step 4/4" in line for line in lines)
+
+
+@pytest.mark.slow  # 60 s of CPU on the 2-core Xeon: two trainers' evaluation programs compile
+def test_the_evaluation_batch_size_changes_no_translation_and_the_perplexity_by_rounding():
+  # Why `eval_batch_size` may be left out of a run's identity (`changes_numbers=False`):
+  # it only groups the sentences evaluated. The translations, hence BLEU, are the
+  # same; the perplexity, summed in float32 over other groupings, is the same to
+  # float32 rounding (2e-7 relative measured), not bit for bit.
+  measured = []
+  for eval_batch_size in (256, 7):
+    cfg = _cfg(eval_batch_size=eval_batch_size, beam_size=2, test_examples=48)
+    data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+    trainer = _trainer(cfg, "additive", data, (0, 1))
+    batches = trainer._train_batches(0)
+    for step in range(3):
+      trainer.train_step(next(batches), step)
+    measured.append(trainer.evaluator.final_test(trainer.params, np.array([True, True])))
+  wide, narrow = measured
+  assert wide.hypotheses == narrow.hypotheses and wide.bleu == narrow.bleu
+  np.testing.assert_allclose(wide.val_ppl, narrow.val_ppl, rtol=1e-6)
+
