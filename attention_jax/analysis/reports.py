@@ -2,7 +2,10 @@
 
 `write_reports` writes one workdir's results.jsonl, table.md and plots;
 `write_grid_reports` the pivoted ones of a `--sweep` grid; `write` is either,
-as the sweep calls it (`sweep.runner.Report`). For the Transformer both add
+as the sweep calls it (`sweep.runner.Report`). A workdir whose runs have
+member values (`--members`) reports as the `--sweep` grid it equals
+(`write_member_reports`): the same rows, tables and plots, from one run
+folder per arm and dim. For the Transformer both add
 its diagnostics per attention kind and layer (its global ones are the cross
 attention's); `significance` tests every arm against the baseline arm,
 cached per run (`training.run_folder.RunDir` names the files). Tables and
@@ -12,6 +15,7 @@ name, row value).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -20,6 +24,7 @@ from typing import Any, Sequence
 from attention_jax.analysis import plots
 from attention_jax.analysis import significance as significance_lib
 from attention_jax.analysis import tables
+from attention_jax.sweep import config as config_lib
 from attention_jax.sweep.config import ExperimentConfig
 from attention_jax.sweep.config import GridPoint
 from attention_jax.sweep.workdir import Workdir
@@ -69,11 +74,22 @@ def _histories(workdir: Workdir, cfg: ExperimentConfig) -> dict[Arm, list[dict]]
   return out
 
 
-def significance(workdir: Workdir, cfg: ExperimentConfig) -> dict[Arm, dict]:
+@dataclasses.dataclass(frozen=True)
+class MemberSubset:
+  """Some members of each run of a workdir: those of one combination of
+  member values (`name`, e.g. 'learning_rate=0.001'), by their index in the
+  runs' member order (`indices`, seed order)."""
+  name: str
+  indices: tuple[int, ...]
+
+
+def significance(workdir: Workdir, cfg: ExperimentConfig,
+                 subset: MemberSubset | None = None) -> dict[Arm, dict]:
   """Seed-paired AR tests (`significance.compare_runs`) of every finished arm
   against the baseline arm at the same dimension, cached per pair in the
   run's significance.json under the digest of both runs' translations and
-  the result's `significance.FORMAT`."""
+  the result's `significance.FORMAT`; with `subset`, of those members only,
+  cached apart (`RunDir.significance_of`)."""
   base = baseline_arm(cfg)
   out = {}
   for dim in cfg.dims:
@@ -85,23 +101,27 @@ def significance(workdir: Workdir, cfg: ExperimentConfig) -> dict[Arm, dict]:
       run = workdir.run(arm)
       if name == base or not os.path.exists(run.translations):
         continue
-      out[arm] = _compare(base, base_run, run)
+      out[arm] = _compare(base, base_run, run, subset)
   return out
 
 
-def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
-  """`run` against the baseline's `base_run`: the cached result if it was
-  computed from the same translations in the current format, else computed
-  and cached."""
+def _compare(base: str, base_run: RunDir, run: RunDir,
+             subset: MemberSubset | None = None) -> dict:
+  """`run` against the baseline's `base_run` (of the members of `subset`
+  only, if given): the cached result if it was computed from the same
+  translations (and members) in the current format, else computed and
+  cached."""
   with open(base_run.translations, "rb") as f:
     base_bytes = f.read()
   with open(run.translations, "rb") as f:
     own_bytes = f.read()
-  digest = hashlib.sha256(base_bytes + b"\0" + own_bytes).hexdigest()
+  chosen = b"" if subset is None else b"\0" + repr(subset.indices).encode()
+  digest = hashlib.sha256(base_bytes + b"\0" + own_bytes + chosen).hexdigest()
+  cache = run.significance if subset is None else run.significance_of(subset.name)
   cached = None
-  if os.path.exists(run.significance):
+  if os.path.exists(cache):
     try:
-      cached = files.read_json(run.significance, dict)
+      cached = files.read_json(cache, dict)
     except ValueError:  # cut by a kill, or damaged: recomputed
       cached = None
   if (cached is not None and cached.get("digest") == digest
@@ -110,12 +130,16 @@ def _compare(base: str, base_run: RunDir, run: RunDir) -> dict:
   # Read and checked as a pair: a damaged file, or references that differ, named.
   pair = translations_to_compare(base_run, run)
   name = f"{os.path.basename(run.path)} against {os.path.basename(base_run.path)}"
+  if subset is not None:
+    pair = tuple({"references": t["references"],
+                  "hypotheses": [t["hypotheses"][e] for e in subset.indices]} for t in pair)
+    name += f" at {subset.name}"
   print(f"significance: {name}, {len(pair[0]['references'])} sentences, "
         f"{significance_lib.TRIALS:,} paired shuffles per seed pair ...", flush=True)
   start = time.time()
   result = significance_lib.compare_runs(*pair)
   print(f"significance: {name} done in {time.time() - start:.0f} s", flush=True)
-  files.atomic_write(run.significance, files.to_json(
+  files.atomic_write(cache, files.to_json(
       {"baseline": base, "digest": digest, "format": significance_lib.FORMAT,
        "result": result}))
   return result
@@ -142,7 +166,10 @@ def _test_set(cfg: ExperimentConfig) -> str:
 
 
 def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
-  """Regenerates results.jsonl, table.md and the plots from the finished runs."""
+  """Regenerates results.jsonl, table.md and the plots from the finished runs
+  (as a grid's, `write_member_reports`, where the runs have member values)."""
+  if cfg.members:
+    return write_member_reports(workdir, cfg)
   rows = finished_rows(workdir, cfg)
   files.write_jsonl(workdir.results, rows)
   settings = (f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, "
@@ -170,13 +197,7 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
   files.atomic_write(workdir.table, text)
   if rows:
     plots.plot_ablation(rows, cfg.arms, workdir.ablation_plot)
-  for arm in _every_arm(cfg):
-    run = workdir.run(arm)
-    if os.path.exists(run.attention) and run.finished:
-      attention = files.read_json(
-          run.attention, dict, "delete it (the run's heat map is then left out)")
-      plots.plot_attention(attention, f"{arm.name}, a={arm.attention_dim}, seed 0",
-                               workdir.attention_plot(arm))
+  _attention_plots(workdir, cfg, "seed 0")
   histories = _cells(_histories(workdir, cfg))
   if histories:
     plots.plot_diagnostics(histories, cfg.arms, workdir.diagnostics_plot)
@@ -184,6 +205,18 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
     if tables.has_kinds(r for log in histories.values() for r in log):
       plots.plot_kinds_history(histories, cfg.arms, workdir.kinds_plot)
   return text
+
+
+def _attention_plots(workdir: Workdir, cfg: ExperimentConfig, member: str) -> None:
+  """The heat map of each finished run's test sentence 0, from its first
+  member (`member` names it in the title)."""
+  for arm in _every_arm(cfg):
+    run = workdir.run(arm)
+    if os.path.exists(run.attention) and run.finished:
+      attention = files.read_json(
+          run.attention, dict, "delete it (the run's heat map is then left out)")
+      plots.plot_attention(attention, f"{arm.name}, a={arm.attention_dim}, {member}",
+                           workdir.attention_plot(arm))
 
 
 def write(workdir: Workdir, cfg: ExperimentConfig,
@@ -245,6 +278,67 @@ _GRID_SECTIONS = (
 )
 
 
+@dataclasses.dataclass(frozen=True)
+class PointResults:
+  """What one point of a grid holds for the grid's reports: its finished
+  rows (each with the point's values and its final `max_logit`), its
+  significance tests by arm and its metrics logs by (arm, dim)."""
+  point: GridPoint
+  rows: list[dict]
+  tests: dict[Arm, dict]
+  histories: dict[tuple[str, int], list[dict]]
+
+
+def _point_folders(workdir: Workdir, cfg: ExperimentConfig,
+                   points: Sequence[GridPoint]) -> list[PointResults]:
+  """The results of a `--sweep` grid: a workdir per point."""
+  out = []
+  for p in points:
+    folder = workdir.point(p)
+    rows = [_final_max_logit({**r, **p.values}) for r in finished_rows(folder, p.config)]
+    out.append(PointResults(p, rows, significance(folder, p.config) if rows else {},
+                            _cells(_histories(folder, cfg))))
+  return out
+
+
+def member_points(cfg: ExperimentConfig) -> tuple[GridPoint, ...]:
+  """The `--sweep` grid whose runs the members of `cfg`'s runs equal: a
+  point per combination of member values (`--members=learning_rate=a,b` is
+  `--sweep=learning_rate=a,b`), each point's config that of its separate runs."""
+  return config_lib.grid(cfg.replace(members=""), cfg.member_axes())
+
+
+def _member_results(workdir: Workdir, cfg: ExperimentConfig,
+                    points: Sequence[GridPoint]) -> list[PointResults]:
+  """The results of a run with member values as its grid's `points`: each
+  point's rows, tests and logs are those of its members in every run of
+  `workdir`, found by the values their rows and log lines carry."""
+  rows, histories = finished_rows(workdir, cfg), _cells(_histories(workdir, cfg))
+  members = cfg.run_members()
+  out = []
+  for p in points:
+    mine = lambda r, p=p: all(r.get(k) == v for k, v in p.values.items())
+    point_rows = [_final_max_logit({**r, **p.values}) for r in rows if mine(r)]
+    subset = MemberSubset(p.name, tuple(e for e, m in enumerate(members) if mine(m.keys)))
+    tests = significance(workdir, cfg, subset) if point_rows else {}
+    logs = {cell: [r for r in log if mine(r)] for cell, log in histories.items()}
+    out.append(PointResults(p, point_rows, tests, {c: log for c, log in logs.items() if log}))
+  return out
+
+
+def write_member_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
+  """The reports of a workdir whose runs have member values (`--members`):
+  those of the `--sweep` grid they equal (`member_points`,
+  `write_grid_reports`: the same results.jsonl rows, tables and plots), and
+  each run's attention heat map (its first member's)."""
+  points = member_points(cfg)
+  text = _write_grid(workdir, cfg, points, _member_results(workdir, cfg, points),
+                     "each run's config.json")
+  first = cfg.run_members()[0]
+  _attention_plots(workdir, cfg, first.label)
+  return text
+
+
 def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
                        points: Sequence[GridPoint]) -> str:
   """The reports of a `--sweep` grid from the finished runs of every point:
@@ -253,19 +347,23 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
   logit over training, a panel per point). A Transformer's grid has it per
   attention kind instead of its cross attention's only: table.md's per-kind
   and per-layer sections, max_logit.png a row per kind, and kinds.png."""
+  return _write_grid(workdir, cfg, points, _point_folders(workdir, cfg, points),
+                     "each point's config.json")
+
+
+def _write_grid(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPoint],
+                results: Sequence[PointResults], settings_in: str) -> str:
+  """`write_grid_reports` of the grid `points` from their `results`;
+  `settings_in` says where every other setting is recorded."""
   axis = next(iter(points[0].values))
   axis_values = tuple(dict.fromkeys(p.values[axis] for p in points))
   rows, tests, histories = [], {}, {}
-  for p in points:
-    folder = workdir.point(p)
-    point_rows = [_final_max_logit({**r, **p.values}) for r in finished_rows(folder, p.config)]
-    rows.extend(point_rows)
-    point_tests = significance(folder, p.config) if point_rows else {}
-    if point_tests:
-      tests[p.name] = point_tests
-    point_histories = _histories(folder, cfg)
-    if point_histories:
-      histories[p.name] = _cells(point_histories)
+  for result in results:
+    rows.extend(result.rows)
+    if result.tests:
+      tests[result.point.name] = result.tests
+    if result.histories:
+      histories[result.point.name] = result.histories
   files.write_jsonl(workdir.results, rows)
 
   swept = set(points[0].values)
@@ -277,7 +375,7 @@ def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
                                                                 "seeds") if k not in swept)
   parts = [f"Grid over {', '.join(f'`{k}`' for k in points[0].values)}; tables by "
            f"`{axis}` = {', '.join(map(str, axis_values))}; {fixed_settings} (every other "
-           "setting as in each point's config.json).\n"]
+           f"setting as in {settings_in}).\n"]
   kinds = tables.has_kinds(rows)
   if kinds:  # the global max_logit is the cross attention's: the kinds below have all three
     sections = tuple(s for s in sections if s[0] != "max_logit")

@@ -62,6 +62,11 @@ class ExperimentConfig:
   dims: tuple[int, ...] = flag_field(
       (128, 256, 512, 1024), "attention dimensionalities a (size of W_1 h and W_2 s)")
   seeds: int = flag_field(4, "runs per (arm, dim), trained together as one program")
+  members: str = flag_field(
+      "", "FIELD=V1,V2,...: train every seed at each value of FIELD (learning_rate) as "
+      "members of the one program of each (arm, dim), e.g. "
+      "--members=learning_rate=1e-4,3e-4,1e-3; the rows of a --sweep grid from one "
+      "compilation per (arm, dim); replaces --FIELD")
   # Changes no number: it only drops runs from the sweep (a run it keeps is the
   # same run as without it; `Plan` jobs, tested).
   additive_max_dim: int = flag_field(
@@ -196,6 +201,32 @@ class ExperimentConfig:
           "only; lower --warmup_steps or raise --steps.")
     if self.model == "transformer" and set(self.arms) & set(registry.NO_ATTENTION_ARMS):
       raise ValueError(f"arms {registry.NO_ATTENTION_ARMS} exist only for `model=rnn`.")
+    if self.members:
+      self._take_members()
+
+  def _take_members(self) -> None:
+    """Checks `members` (`parse_members`; every value must make a valid run,
+    as a `--sweep` grid's points must) and spells it one way, so that a run
+    folder records the same members however they were written; each member
+    field holds its first value, so that the config names a value it trains."""
+    name, values = parse_members(self.members)
+    for value in values:
+      try:
+        self.replace(members="", **{name: value})
+      except ValueError as e:
+        raise ValueError(f"`--members` {name}={value!r}: {e}") from None
+    # A frozen dataclass: its own check may set a field's canonical form.
+    object.__setattr__(self, "members", f"{name}=" + ",".join(map(repr, values)))
+    object.__setattr__(self, name, values[0])
+
+  def member_axes(self) -> run_config.MemberAxes:
+    """The `members` as (field, values) pairs, as the trainer takes them
+    (`run_config.RunConfig.member_axes`); () for a run of seeds only."""
+    return (parse_members(self.members),) if self.members else ()
+
+  def run_members(self) -> tuple[run_config.Member, ...]:
+    """The members of each of the sweep's runs, in the trainer's order."""
+    return run_config.members(range(self.seeds), self.member_axes())
 
   def sweep(self) -> tuple[Arm, ...]:
     """Every (arm, dim) point, arms outer, in the order of `arms` and `dims`
@@ -222,7 +253,8 @@ class ExperimentConfig:
     return run_config.RunConfig(
         arm=arm, model=model, data=take(run_config.DataConfig),
         optimizer=take(run_config.OptimizerConfig), evaluation=take(run_config.EvalConfig),
-        periods=take(run_config.Periods), seeds=self.seeds, workers=self.workers)
+        periods=take(run_config.Periods), seeds=self.seeds, workers=self.workers,
+        member_axes=self.member_axes())
 
   def replace(self, **changes) -> "ExperimentConfig":
     return dataclasses.replace(self, **changes)
@@ -269,7 +301,14 @@ def parse_axis(text: str) -> tuple[str, tuple]:
     raise ValueError(f"`--sweep` cannot vary `{name}`"
                      + (f"; use --{name}." if name in ("arms", "dims") else
                         ": it does not change a run's numbers."))
-  kind = typing.get_type_hints(ExperimentConfig)[name]
+  if name == "members":
+    raise ValueError("`--sweep` cannot vary `members`; give --members once.")
+  return name, _values("--sweep", name, listed, typing.get_type_hints(ExperimentConfig)[name])
+
+
+def _values(flag: str, name: str, listed: str, kind: type) -> tuple:
+  """The comma-separated `listed` values of field `name` given to `flag`, each
+  a `kind`: at least one, none twice; a ValueError naming the flag otherwise."""
   values = []
   for item in (v.strip() for v in listed.split(",")):
     if not item:
@@ -277,14 +316,41 @@ def parse_axis(text: str) -> tuple[str, tuple]:
     try:
       values.append(kind(item))
     except ValueError:
-      raise ValueError(f"`--sweep` {name}: {item!r} is not a {kind.__name__}.") from None
+      raise ValueError(f"`{flag}` {name}: {item!r} is not a {kind.__name__}.") from None
     if "/" in item or "=" in item:
-      raise ValueError(f"`--sweep` {name}: {item!r} cannot name a folder.")
+      raise ValueError(f"`{flag}` {name}: {item!r} cannot name a folder.")
   if not values:
-    raise ValueError(f"`--sweep` {name} has no values.")
+    raise ValueError(f"`{flag}` {name} has no values.")
   if len(set(values)) != len(values):
-    raise ValueError(f"`--sweep` {name} repeats a value: {listed!r}.")
-  return name, tuple(values)
+    raise ValueError(f"`{flag}` {name} repeats a value: {listed!r}.")
+  return tuple(values)
+
+
+def parse_members(text: str) -> tuple[str, tuple[float, ...]]:
+  """`'learning_rate=1e-4,3e-4'` -> `('learning_rate', (0.0001, 0.0003))`: the
+  `--members` flag, whose values each member of a run takes with every seed
+  (`run_config.members`). A ValueError naming the flag for a field that is
+  no number, or one whose members could not share one compiled program
+  (`run_config.MEMBER_FIELDS`: a shape, such as `batch_size`, or a schedule's
+  boundary, is part of the program), or for no values or a value twice."""
+  name, sep, listed = text.partition("=")
+  name = name.strip()
+  hints = typing.get_type_hints(ExperimentConfig)
+  allowed = ", ".join(run_config.MEMBER_FIELDS)
+  if not sep or not name:
+    raise ValueError(f"`--members` takes FIELD=V1,V2,... (FIELD one of: {allowed}); "
+                     f"got {text!r}.")
+  if name not in hints:
+    raise ValueError(f"`--members` names {name!r}, which is not a config field; member "
+                     f"fields: {allowed}.")
+  if hints[name] not in (int, float):
+    raise ValueError(f"`--members` names `{name}`, which is not a number field; member "
+                     f"fields: {allowed}.")
+  if name not in run_config.MEMBER_FIELDS:
+    raise ValueError(f"`--members` cannot vary `{name}`: the members of a run share one "
+                     f"compiled program, and only {allowed} can differ inside it; use "
+                     f"--sweep={name}=... for a grid of separate runs.")
+  return name, tuple(float(v) for v in _values("--members", name, listed, hints[name]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,6 +372,9 @@ def grid(cfg: ExperimentConfig, axes: tuple[tuple[str, tuple], ...]) -> tuple[Gr
   names = [name for name, _ in axes]
   if len(set(names)) != len(names):
     raise ValueError(f"`--sweep` names a field twice: {names}.")
+  if axes and cfg.members:
+    raise ValueError("`--members` and `--sweep` cannot be combined (a grid point is a "
+                     "workdir of its own); give the --sweep values a --workdir each.")
   check_family(cfg.model, names)
   points = []
   for combo in itertools.product(*(values for _, values in axes)):

@@ -259,7 +259,9 @@ def train_group(cfg: ExperimentConfig, run_dir: run_folder.RunDir, arm: config_l
     return False
   trainer = train_lib.EnsembleTrainer(cfg.point(arm), data, tuple(range(cfg.seeds)), mesh=mesh,
                                       label=label)
-  log(f"[{trainer.label}] {trainer.num_params:,} parameters, seeds {list(trainer.seeds)}")
+  members = (f", members {cfg.members} x seeds {list(range(cfg.seeds))}" if cfg.members
+             else f", seeds {list(trainer.seeds)}")
+  log(f"[{trainer.label}] {trainer.num_params:,} parameters{members}")
   result = trainer.run(run_dir.path, log=log, deadline=deadline)
   if result is None:
     return False

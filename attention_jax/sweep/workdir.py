@@ -116,6 +116,11 @@ def check_run(run: RunDir, fp: dict, write: bool = True) -> int | None:
       raise ValueError(f"{run.path} holds a run of {old['steps']} steps, not "
                        f"{fp['steps']}, and {why}; use another --workdir or delete that "
                        "folder.")
+    if "members" in diff:  # E is the checkpoint's shape: its members cannot change
+      there, now = diff["members"]
+      raise ValueError(f"{run.path} holds a run of --members={there!r}, not {now!r}: a "
+                       "run's members cannot change; use another --workdir or delete that "
+                       "folder.")
     if diff:
       shown = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
       raise ValueError(f"{run.path} holds a run with other settings ({shown}); "

@@ -29,6 +29,7 @@ from attention_jax.training.evaluation import Evaluator
 from attention_jax.training.metrics_log import rounded
 from attention_jax.training.periodic import PeriodicAction
 from attention_jax.training.placement import Placement
+from attention_jax.training.run_config import Member
 from attention_jax.training.run_config import RunConfig
 from attention_jax.training.state import TrainState
 
@@ -89,7 +90,8 @@ class Trainer(Protocol):
   label: str
   data: Any  # the dataset (`input_pipeline.load`)
   tok: Any  # its tokenizer
-  seeds: tuple[int, ...]
+  seeds: tuple[int, ...]  # [E]: each member's seed
+  members: tuple[Member, ...]  # [E]: each member's seed and member values
   num_params: int
   state: TrainState
   evaluator: Evaluator
@@ -118,7 +120,10 @@ class RunActions:
     self.label = trainer.label
     self.run = trainer.run_config
     self.last_step = self.run.optimizer.steps
-    self.learning_rate = self.run.optimizer.learning_rate_schedule()
+    # Each member's schedule: its own peak where the learning rate is a member field.
+    self.learning_rates = [
+        dataclasses.replace(self.run.optimizer, **dict(m.values)).learning_rate_schedule()
+        for m in trainer.members]
     self.diag_batch = next(trainer.data.batches("validation", self.run.data.batch_size,
                                                 shuffle=False, repeat=False))
     self.start_step = trainer.state.step
@@ -170,8 +175,9 @@ class RunActions:
     # time and the evaluations still to come (`eta_seconds`).
     step = state.step
     rate = self.window_tokens / max(self.window_seconds, 1e-9)
-    self.board.every_seed(step, {"learning_rate": float(self.learning_rate(step)),
-                                 "tokens_per_second": rate})
+    for member, learning_rate in zip(self.trainer.members, self.learning_rates):
+      self.board.scalars(member.keys, step, {"learning_rate": float(learning_rate(step)),
+                                             "tokens_per_second": rate})
     if self.timed_steps > 1:
       step_seconds = self.steady_seconds / (self.timed_steps - 1)
     else:
@@ -189,8 +195,8 @@ class RunActions:
 
   def diagnose(self, state: TrainState):
     stats = self.trainer.diagnose(state.params, self.diag_batch)
-    for e, seed in enumerate(self.trainer.seeds):
-      self.metrics.append({"step": state.step, "seed": seed, "loss": float(state.loss[e]),
+    for e, member in enumerate(self.trainer.members):
+      self.metrics.append({"step": state.step, **member.keys, "loss": float(state.loss[e]),
                            **{k: rounded(v[e]) for k, v in stats.items()}})
     return state, None
 
@@ -208,8 +214,8 @@ class RunActions:
         best_step=np.where(better, state.step, state.best_step),
         best_params=keep_better(self.trainer.placement.replicated(better), state.params,
                                 state.best_params))
-    for e, seed in enumerate(self.trainer.seeds):
-      self.metrics.append({"step": state.step, "seed": seed,
+    for e, member in enumerate(self.trainer.members):
+      self.metrics.append({"step": state.step, **member.keys,
                            "val_bleu": None if np.isnan(scores[e]) else float(scores[e]),
                            "val_ppl": rounded(ppl[e])})
     self.log(f"[{self.label}] step {state.step}: validation BLEU "
@@ -273,8 +279,8 @@ class RunActions:
     test = self.evaluator.final_test(state.best_params, ok)
     final = self.trainer.diagnose(state.params, self.diag_batch)
     rows = [self._row(state, e, ok[e], test, final) for e in range(len(ok))]
-    for e, seed in enumerate(self.trainer.seeds):
-      self.board.row({"step": state.step, "seed": seed, "test_bleu": test.bleu[e]})
+    for e, member in enumerate(self.trainer.members):
+      self.board.row({"step": state.step, **member.keys, "test_bleu": test.bleu[e]})
     attention = self.evaluator.alignment(state.best_params, "test")
     self.log(f"[{self.label}] test BLEU "
              f"{' '.join('–' if b is None else f'{b:.2f}' for b in test.bleu)} "
@@ -283,10 +289,11 @@ class RunActions:
         "references": test.references, "hypotheses": test.hypotheses})
 
   def _row(self, state: TrainState, e: int, ok: bool, test, final) -> dict[str, Any]:
-    """The result row of member `e`."""
+    """The result row of member `e`: its seed, and its member values (a
+    `--sweep` grid's rows carry the swept values)."""
     arm = self.run.arm
     return {
-        "arm": arm.name, "dim": arm.attention_dim, "seed": self.trainer.seeds[e],
+        "arm": arm.name, "dim": arm.attention_dim, **self.trainer.members[e].keys,
         "model": self.run.model.name, "dataset": self.run.data.dataset,
         "params": self.trainer.num_params, "steps": state.step,
         "train_seconds": round(state.train_seconds, 2),

@@ -114,7 +114,8 @@ def evaluation_budget(eval_memory_gb: float, workers: int) -> int:
 def state_bytes(run: RunConfig, data) -> tuple[int, int]:
   """`(parameters of one model, bytes of the training state of the ensemble)`
   of one sweep point: `COPIES_PER_PARAMETER` copies of every parameter for
-  each of the `run.seeds` members. From `jax.eval_shape` of the model's
+  each of the run's members (`run.num_members`: its seeds at every member
+  value). From `jax.eval_shape` of the model's
   construction: nothing is allocated, so an absurd size is measured, not
   attempted. Activations and evaluation come on top."""
   model_cls, model_config = run.model.build(run.arm, data)
@@ -122,7 +123,7 @@ def state_bytes(run: RunConfig, data) -> tuple[int, int]:
   leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
   count = sum(int(np.prod(x.shape, dtype=np.int64)) for x in leaves)
   size = sum(int(np.prod(x.shape, dtype=np.int64)) * np.dtype(x.dtype).itemsize for x in leaves)
-  return count, size * COPIES_PER_PARAMETER * run.seeds
+  return count, size * COPIES_PER_PARAMETER * run.num_members
 
 
 def step_bytes(run: RunConfig, data) -> int:
@@ -134,8 +135,8 @@ def step_bytes(run: RunConfig, data) -> int:
   position, and the encoder's output (the gradient of the first attention
   projection reads it), 2 × `hidden_dim` per source position for the
   bidirectional RNN, `d_model` for the Transformer. Counted for each of
-  `seeds` members, float32, at the narrowest padded length a training batch
-  can have (`batching.padded_length` of the shortest pair, + <eos>: a
+  the run's members (`run.num_members`), float32, at the narrowest padded
+  length a training batch can have (`batching.padded_length` of the shortest pair, + <eos>: a
   batch's sources and targets share one length). The step holds gradients
   and every other activation besides, so a batch refused by this bound
   cannot fit and no batch that could fit is refused."""
@@ -145,7 +146,15 @@ def step_bytes(run: RunConfig, data) -> int:
   model = run.model
   encoder = 2 * model.hidden_dim if model.name == "rnn" else model.d_model
   per_position = int(data.tokenizer.vocab_size) + encoder
-  return 4 * run.seeds * run.data.batch_size * width * per_position
+  return 4 * run.num_members * run.data.batch_size * width * per_position
+
+
+def _members(run: RunConfig) -> str:
+  """How a message counts a run's models: its seeds, or its members."""
+  if not run.member_axes:
+    return f"{run.seeds} seed(s)"
+  values = run.num_members // run.seeds
+  return f"{run.num_members} members ({run.seeds} seed(s) x {values} values)"
 
 
 def _size(n: float) -> str:
@@ -170,7 +179,7 @@ def check_memory(run: RunConfig, data, available: int | None = None) -> None:
   shared = f", shared by {share} --workers" if share > 1 else ""
   if state + step > available / share:
     raise ValueError(
-        f"{run.arm.label}: {run.seeds} seed(s) of {count:,} parameters need "
+        f"{run.arm.label}: {_members(run)} of {count:,} parameters need "
         f"{_size(state)} for the parameters, Adam moments and best copy, and a training "
         f"batch of {run.data.batch_size:,} sentences at least {_size(step)} for its logits and "
         f"encoder output, over the {_size(available / share)} of memory available{shared}; "

@@ -9,8 +9,10 @@ the checkpoint training goes on from.
 `Board`: TensorBoard event files beside each run's `metrics.jsonl`.
 
 Written with tensorboardX, which needs no TensorFlow. One TensorBoard run per
-seed, `<run_dir>/tensorboard/seed_<n>/`, so `tensorboard --logdir WORKDIR`
-shows every arm, dimension, grid point and seed of a sweep side by side.
+seed, `<run_dir>/tensorboard/seed_<n>/` (per member in a run with member
+values, `<run_dir>/tensorboard/learning_rate=0.001/seed_<n>/`), so
+`tensorboard --logdir WORKDIR` shows every arm, dimension, grid point and
+seed of a sweep side by side.
 `metrics.jsonl` stays the source of the tables and plots; the event files
 are a view of the same numbers:
 
@@ -33,7 +35,7 @@ import json
 import math
 import os
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Mapping, Sequence
 
 from attention_jax.training import files
 
@@ -129,14 +131,36 @@ def tag(key: str) -> str:
   return TAGS.get(key, f"attention/{key}")
 
 
-class Board:
-  """Scalar writers of one run, one per seed; does nothing when `enabled` is
-  False (processes other than the primary) or tensorboardX is missing (one
-  warning line through `log`)."""
+def _folder(member: Mapping) -> str:
+  """A member's TensorBoard folder: `seed_0`, or its values first
+  (`learning_rate=0.001/seed_0`)."""
+  values = [f"{k}={v!r}" for k, v in member.items() if k != "seed"]
+  return os.path.join(*values, f"seed_{int(member['seed'])}")
 
-  def __init__(self, run_dir: str, seeds: Iterable[int], *, start_step: int = 0,
+
+def _add(writer, step: int, values: Mapping) -> None:
+  for key, value in values.items():
+    if isinstance(value, (int, float)):
+      writer.add_scalar(tag(key), value, step)
+
+
+class Board:
+  """Scalar writers of one run, one per member; does nothing when `enabled`
+  is False (processes other than the primary) or tensorboardX is missing (one
+  warning line through `log`).
+
+  A member is named as its rows name it (`members`: `{"seed": 0}`, or with
+  its member values `{"seed": 0, "learning_rate": 0.001}`); default: one per
+  seed of `seeds`.
+  """
+
+  def __init__(self, run_dir: str, seeds: Iterable[int], *,
+               members: Sequence[Mapping] | None = None, start_step: int = 0,
                enabled: bool = True, log: Callable[[str], None] = print):
     self.writers = {}
+    members = ([{"seed": int(s)} for s in seeds] if members is None
+               else [dict(m) for m in members])
+    self.keys = tuple(members[0]) if members else ("seed",)  # what names a member in a row
     if not enabled:
       return
     try:
@@ -150,24 +174,30 @@ class Board:
     # the same second would overwrite the first file. The suffix keeps every
     # file, in the order TensorBoard reads them (by name).
     suffix = f".{time.time_ns()}.{os.getpid()}"
-    for seed in seeds:
-      self.writers[int(seed)] = SummaryWriter(
-          os.path.join(run_dir, FOLDER, f"seed_{int(seed)}"), purge_step=purge,
+    for member in members:
+      self.writers[self._key(member)] = SummaryWriter(
+          os.path.join(run_dir, FOLDER, _folder(member)), purge_step=purge,
           flush_secs=30, filename_suffix=suffix)
 
+  def _key(self, row: Mapping) -> tuple:
+    return tuple(row.get(k) for k in self.keys)
+
   def row(self, row: dict) -> None:
-    """A `metrics.jsonl` row (`step`, `seed` and scalars; None is skipped)."""
-    writer = self.writers.get(row.get("seed"))
-    if writer is None:
-      return
-    for key, value in row.items():
-      if key not in ("step", "seed") and isinstance(value, (int, float)):
-        writer.add_scalar(tag(key), value, row["step"])
+    """A `metrics.jsonl` row (`step`, the member's `seed` and values, and
+    scalars; None is skipped)."""
+    self.scalars(row, row.get("step"),
+                 {k: v for k, v in row.items() if k != "step" and k not in self.keys})
+
+  def scalars(self, member: Mapping, step: int, values: Mapping) -> None:
+    """`values` of the member named by `member` (as a row names it) at `step`."""
+    writer = self.writers.get(self._key(member))
+    if writer is not None:
+      _add(writer, step, values)
 
   def every_seed(self, step: int, values: dict) -> None:
-    """Scalars shared by all seeds (learning rate, throughput)."""
-    for seed in self.writers:
-      self.row({"step": step, "seed": seed, **values})
+    """Scalars shared by all members (throughput)."""
+    for writer in self.writers.values():
+      _add(writer, step, values)
 
   def flush(self) -> None:
     for writer in self.writers.values():

@@ -18,9 +18,11 @@ build its model for an arm and a dataset's vocabulary.
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Union
+import itertools
+from typing import Any, ClassVar, Mapping, Sequence, Union
 
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from attention_jax import decoding
@@ -160,6 +162,19 @@ def batch_width(data) -> int:
   return int(batching.padded_length(longest + 1))
 
 
+# The floor of the cosine schedule, as a fraction of the peak learning rate.
+COSINE_END = 0.1
+
+# The fields whose values may differ between the members of one run (one
+# compiled program): those the optimiser can read as data (`OptimizerConfig.
+# make`). A field that sets a shape or the program's structure cannot
+# (`dims`, `batch_size`, `warmup_steps`: a schedule's boundary is a Python
+# number); nor, for now, `adam_b2`: as data it is rounded to float32 before
+# `1 - b2` is taken (1 - 0.999 is 1.3e-5 off, relatively), so its members
+# would not equal separate runs to float32 rounding.
+MEMBER_FIELDS = ("learning_rate",)
+
+
 @dataclasses.dataclass(frozen=True)
 class OptimizerConfig:
   """`steps` of Adam (β₂ = `adam_b2`) with global-norm clipping at `clip_norm`,
@@ -173,23 +188,59 @@ class OptimizerConfig:
   clip_norm: float
   label_smoothing: float
 
-  def learning_rate_schedule(self) -> optax.Schedule:
-    """Linear warm-up, then constant or cosine decay to 10% at the end."""
+  def learning_rate_schedule(self, peak=None) -> optax.Schedule:
+    """Linear warm-up, then constant or cosine decay to 10% at the end.
+
+    `peak` (a traced float32 scalar: one member's learning rate, `make`)
+    stands for `learning_rate`. The schedule is then the same arithmetic on
+    the same float32 values, so a member's rates equal a separate run's
+    bit for bit: optax's `warmup_cosine_decay_schedule` asks `peak == 0` in
+    Python, which a traced peak cannot answer, so the cosine schedule is
+    built from its two pieces, its floor the constant fraction it is
+    (`COSINE_END`; optax's `end / peak` is that fraction to float64
+    rounding, the same float32 value).
+    """
+    lr = self.learning_rate if peak is None else peak
     if self.schedule == "cosine":
-      return optax.warmup_cosine_decay_schedule(
-          init_value=0.0, peak_value=self.learning_rate, warmup_steps=self.warmup_steps,
-          decay_steps=max(self.steps, self.warmup_steps + 1),
-          end_value=0.1 * self.learning_rate)
+      decay_steps = max(self.steps, self.warmup_steps + 1)
+      if peak is None:
+        return optax.warmup_cosine_decay_schedule(
+            init_value=0.0, peak_value=lr, warmup_steps=self.warmup_steps,
+            decay_steps=decay_steps, end_value=COSINE_END * lr)
+      return optax.join_schedules(
+          [optax.linear_schedule(0.0, lr, self.warmup_steps),
+           optax.cosine_decay_schedule(lr, decay_steps - self.warmup_steps, alpha=COSINE_END)],
+          [self.warmup_steps])
     if self.warmup_steps:
       return optax.join_schedules(
-          [optax.linear_schedule(0.0, self.learning_rate, self.warmup_steps),
-           optax.constant_schedule(self.learning_rate)], [self.warmup_steps])
-    return optax.constant_schedule(self.learning_rate)
+          [optax.linear_schedule(0.0, lr, self.warmup_steps),
+           optax.constant_schedule(lr)], [self.warmup_steps])
+    return optax.constant_schedule(lr)
 
-  def make(self) -> optax.GradientTransformation:
-    """Adam on `learning_rate_schedule`, after global-norm clipping."""
-    return optax.chain(optax.clip_by_global_norm(self.clip_norm),
-                       optax.adam(self.learning_rate_schedule(), b2=self.adam_b2))
+  def make(self, member_fields: Sequence[str] = ()) -> optax.GradientTransformation:
+    """Adam on `learning_rate_schedule`, after global-norm clipping.
+
+    With `member_fields` (`MEMBER_FIELDS`, e.g. `("learning_rate",)`) those
+    values are the optimiser's data instead of constants
+    (`optax.inject_hyperparams`): its state holds them, one value per member
+    once the members' states are stacked (`with_member_values`), so that
+    members of several learning rates share one compiled step. Without, the
+    chain is the plain one, and a run's numbers are those it always had.
+    """
+    if not member_fields:
+      return optax.chain(optax.clip_by_global_norm(self.clip_norm),
+                         optax.adam(self.learning_rate_schedule(), b2=self.adam_b2))
+    unknown = [f for f in member_fields if f not in MEMBER_FIELDS]
+    if unknown:
+      raise ValueError(f"`member_fields` {unknown} cannot differ between members; "
+                       f"they may be: {', '.join(MEMBER_FIELDS)}.")
+
+    def chain(learning_rate):
+      return optax.chain(optax.clip_by_global_norm(self.clip_norm),
+                         optax.adam(self.learning_rate_schedule(peak=learning_rate),
+                                    b2=self.adam_b2))
+
+    return optax.inject_hyperparams(chain)(learning_rate=self.learning_rate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -235,10 +286,64 @@ class Periods:
 
 
 @dataclasses.dataclass(frozen=True)
+class Member:
+  """One member of a run: its seed and its values of the member fields
+  (`MEMBER_FIELDS`; none in a run of seeds only)."""
+  seed: int
+  values: tuple[tuple[str, float], ...] = ()
+
+  @property
+  def keys(self) -> dict[str, Any]:
+    """How its result rows and metrics-log lines name it: `{"seed": s}`,
+    and its member values (`{"seed": 0, "learning_rate": 0.001}`)."""
+    return {"seed": self.seed, **dict(self.values)}
+
+  @property
+  def label(self) -> str:
+    """How log lines name it: 'seed 0, learning_rate=0.001'."""
+    return ", ".join([f"seed {self.seed}"] + [f"{k}={v!r}" for k, v in self.values])
+
+
+MemberAxes = tuple[tuple[str, tuple[float, ...]], ...]
+
+
+def members(seeds: Sequence[int], axes: MemberAxes = ()) -> tuple[Member, ...]:
+  """The members of a run of `seeds` at every combination of the `axes`
+  (field, values) values: values outer, the first field slowest, as a
+  `--sweep` grid orders its points; each seed of a combination inner."""
+  names = [name for name, _ in axes]
+  return tuple(Member(int(seed), tuple(zip(names, combo)))
+               for combo in itertools.product(*(values for _, values in axes))
+               for seed in seeds)
+
+
+def with_member_values(opt_state, values: Mapping[str, Sequence[float]]):
+  """The stacked optimiser state of `OptimizerConfig.make(member_fields)`
+  with each member's own values (`{field: [E] values}`, in member order):
+  `init` stored the config's one value for all of them."""
+  hyperparams = dict(opt_state.hyperparams)
+  for name, per_member in values.items():
+    like = hyperparams[name]
+    column = np.asarray(per_member, like.dtype)
+    if column.shape != like.shape:
+      raise ValueError(f"`{name}` has {column.shape} member values for an optimiser "
+                       f"state of {like.shape}.")
+    hyperparams[name] = jnp.asarray(column)
+  return opt_state._replace(hyperparams=hyperparams)
+
+
+def member_values(opt_state, fields: Sequence[str]) -> dict[str, np.ndarray]:
+  """`{field: [E] values}` the stacked optimiser state holds (a checkpoint's:
+  what its members were trained with)."""
+  return {name: np.asarray(opt_state.hyperparams[name]) for name in fields}
+
+
+@dataclasses.dataclass(frozen=True)
 class RunConfig:
   """Everything one (arm, dim) point of a sweep is trained and evaluated
-  with: `seeds` members of `model` with attention `arm`; `workers` processes
-  share the machine's memory."""
+  with: `seeds` members of `model` with attention `arm` at each combination
+  of the `member_axes` values (`members`); `workers` processes share the
+  machine's memory."""
   arm: Arm
   model: ModelConfig
   data: DataConfig
@@ -247,3 +352,19 @@ class RunConfig:
   periods: Periods
   seeds: int
   workers: int
+  # (field, values) of each member field (`MEMBER_FIELDS`): the `--members` flag.
+  member_axes: MemberAxes = ()
+
+  def members(self, seeds: Sequence[int] | None = None) -> tuple[Member, ...]:
+    """Every member: each of `seeds` (default `range(self.seeds)`) at every
+    combination of the member values (`members`)."""
+    return members(range(self.seeds) if seeds is None else seeds, self.member_axes)
+
+  @property
+  def member_fields(self) -> tuple[str, ...]:
+    return tuple(name for name, _ in self.member_axes)
+
+  @property
+  def num_members(self) -> int:
+    """E: the members trained together, `seeds` times each combination of values."""
+    return len(self.members())

@@ -6,6 +6,8 @@
   attention.json  alignment of test sentence 0 (seed 0)
   test_translations.json  final test outputs per seed (for significance)
   significance.json       cached paired test against the baseline arm
+  significance.<values>.json  the same, of the members of one combination of
+                          member values (a run with member values, `--members`)
   result.json     one row per seed; its presence = finished
   result.steps<N>.json    the result of N steps, kept when a longer run extended it
 
@@ -125,6 +127,11 @@ class RunDir:
   translations = FileName("test_translations.json")
   significance = FileName("significance.json")
   result = FileName("result.json")
+
+  def significance_of(self, values: str) -> str:
+    """The cached paired test of the members at one combination of member
+    values, `values` as a grid point names it ('learning_rate=0.001')."""
+    return os.path.join(self.path, f"significance.{values}.json")
 
   def result_of(self, steps: int) -> str:
     """Where the result of the run's first `steps` steps is kept after an extension."""

@@ -4,7 +4,12 @@ The seeds of a configuration form an *ensemble axis* E: their parameters and
 optimiser states are stacked and every step is one jit-compiled program over
 them (`placement.over_members`: vmapped on accelerators, the members in turn on
 CPU), so N seeds cost one compilation and one dispatch per step. All
-members see the same batches; they differ in initialisation and dropout.
+members see the same batches; they differ in initialisation and dropout. With
+member fields (`RunConfig.member_axes`, the `--members` flag) each seed is a
+member at every value of them (`run_config.members`), e.g. 2 seeds x 3
+learning rates = 6 members: a member's learning rate is data in its optimiser
+state (`OptimizerConfig.make`), and a member trains as the separate run of
+its seed at its values would.
 
 What training carries from step to step is one pytree, `state.TrainState`; the
 trainer builds the compiled programs, and `run` drives the state through
@@ -38,6 +43,7 @@ from attention_jax.training import evaluation
 from attention_jax.training import multihost
 from attention_jax.training import periodic
 from attention_jax.training import placement as placement_lib
+from attention_jax.training import run_config as run_config_lib
 from attention_jax.training import steps
 from attention_jax.training.metrics_log import Board
 from attention_jax.training.metrics_log import MetricsLog
@@ -60,19 +66,24 @@ class EnsembleTrainer:
 
   def __init__(self, run: RunConfig, data, seeds: tuple[int, ...] | None = None,
                mesh: Mesh | None = None, label: str | None = None):
-    """`seeds` default to `range(run.seeds)`; `mesh` splits batches over its
-    devices; `label` names the run in log lines (default: the arm's label; a
-    sweep adds its grid point, so that two points' runs are told apart)."""
+    """`seeds` default to `range(run.seeds)`, each a member at every
+    combination of the member values (`run.members`); `mesh` splits batches
+    over its devices; `label` names the run in log lines (default: the arm's
+    label; a sweep adds its grid point, so that two points' runs are told
+    apart)."""
     self.run_config, self.arm, self.data = run, run.arm, data
     self.label = label or run.arm.label
-    self.seeds = tuple(int(s) for s in (range(run.seeds) if seeds is None else seeds))
+    self.members = run.members(None if seeds is None else tuple(int(s) for s in seeds))
+    self.seeds = tuple(m.seed for m in self.members)  # [E]: a seed repeats across values
     self.tok = data.tokenizer
     self.model_cls, self.model_config = run.model.build(run.arm, data)
     self.graphdef, state = models.create_ensemble(self.model_cls, self.model_config, self.seeds)
     params, rest = state.split(nnx.Param, ...)
     self.num_params = models.count_params(jax.tree.map(lambda x: x[0], params))
-    self.tx = run.optimizer.make()
+    self.tx = run.optimizer.make(run.member_fields)
     opt_state = jax.vmap(self.tx.init)(params)
+    if run.member_fields:
+      opt_state = run_config_lib.with_member_values(opt_state, self._member_values())
     best_params = jax.tree.map(jnp.copy, params)  # params get donated
     self.placement = Placement(mesh)
     self.placement.check_divisible(batch_size=run.data.batch_size,
@@ -98,6 +109,26 @@ class EnsembleTrainer:
         jnp.logical_and, [jnp.all(jnp.isfinite(x.reshape(x.shape[0], -1)), axis=1)
                           for x in jax.tree.leaves(params)]))  # [E]
     self.diverged_loss = DIVERGED_LOSS_FACTOR * math.log(self.tok.vocab_size)
+
+  def _member_values(self) -> dict[str, list[float]]:
+    """`{field: [E] values}` of the member fields, in member order."""
+    return {name: [dict(m.values)[name] for m in self.members]
+            for name in self.run_config.member_fields}
+
+  def check_members(self, arrays, where: str) -> None:
+    """A ValueError of one line if the optimiser state of a checkpoint
+    (`arrays`, read from `where`) holds other member values than this run's:
+    its members would go on at the checkpoint's values."""
+    fields = self.run_config.member_fields
+    if not fields:
+      return
+    held = run_config_lib.member_values(arrays["opt_state"], fields)
+    for name, own in self._member_values().items():
+      own = np.asarray(own, held[name].dtype)
+      if not np.array_equal(held[name], own):
+        raise ValueError(
+            f"{where} holds members of {name} {held[name].tolist()}, not {own.tolist()}: "
+            "a run's --members cannot change; use another --workdir or delete that folder.")
 
   @property
   def params(self):
@@ -203,8 +234,11 @@ class EnsembleTrainer:
     new = np.asarray(bad) & (state.diverged_at == 0)
     if not new.any():
       return state
-    seeds = [s for s, n in zip(self.seeds, new) if n]
-    log(f"[{self.label}] seed(s) {seeds} diverged at step {state.step} ({why}); "
+    if self.run_config.member_fields:
+      who = f"member(s) {[m.label for m, n in zip(self.members, new) if n]}"
+    else:
+      who = f"seed(s) {[s for s, n in zip(self.seeds, new) if n]}"
+    log(f"[{self.label}] {who} diverged at step {state.step} ({why}); "
         "recorded as diverged, no BLEU")
     return state.replace(diverged_at=np.where(new, state.step, state.diverged_at))
 
@@ -231,6 +265,7 @@ class EnsembleTrainer:
     restored = ckpt.restore_latest(self.state.arrays(), log=log)
     if restored is not None:
       arrays, meta = restored
+      self.check_members(arrays, f"the checkpoint of step {meta['step']} in {paths.checkpoints}")
       if "best_ppl" not in meta:  # a checkpoint from before ties were broken by perplexity
         history = MetricsLog(paths.metrics, write=False).read()
         # Every process reads the same log: the workdir is shared, as the
@@ -240,8 +275,8 @@ class EnsembleTrainer:
       self.state = self.state.restored(arrays, meta)
       log(f"[{self.label}] resumed at step {self.state.step}")
     self.evaluator.check_memory(log)
-    board = Board(run_dir, self.seeds, start_step=self.state.step,
-                            enabled=multihost.is_primary(), log=log)
+    board = Board(run_dir, self.seeds, members=[m.keys for m in self.members],
+                  start_step=self.state.step, enabled=multihost.is_primary(), log=log)
     metrics = MetricsLog(paths.metrics, log=log,
                          write=multihost.is_primary(), board=board)
     metrics.truncate_after(self.state.step)  # drop what a killed run logged past its checkpoint

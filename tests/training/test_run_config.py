@@ -13,7 +13,8 @@ from attention_jax.training import run_config
 # workdir made before the nested configs existed resumes only if it stays so.
 DEFAULTS = {
     "arms": ("additive", "multiplicative", "scaled_multiplicative"),
-    "dims": (128, 256, 512, 1024), "seeds": 4, "additive_max_dim": 0, "baseline": "",
+    "dims": (128, 256, 512, 1024), "seeds": 4, "members": "", "additive_max_dim": 0,
+    "baseline": "",
     "model": "rnn", "cell": "gru", "embed_dim": 512, "hidden_dim": 512, "encoder_layers": 1,
     "decoder_layers": 2, "num_heads": 8, "ff_dim": 2048, "dropout": 0.2, "layer_norm": "post",
     "dtype": "float32", "dataset": "bible_en_es", "data_dir": "", "vocab_size": 8000,
@@ -55,11 +56,14 @@ def test_every_flag_of_a_point_lands_once_in_its_run_config(model):
                            max_length=17, batch_size=12, data_seed=5, steps=77,
                            warmup_steps=7, val_beam_size=3, eval_examples=9,
                            test_examples=11, log_every=13, diag_every=14, eval_every=15,
-                           checkpoint_every=16, workers=2, seeds=3)
+                           checkpoint_every=16, workers=2, seeds=3,
+                           members="learning_rate=1e-3,3e-3")
   arm = config.Arm.of(cfg.arms[0], 8)
   run = cfg.point(arm)
   leaves = _leaves(run, {})
   assert leaves.pop("arm") == arm
+  # The flag's text, parsed: (field, values).
+  assert leaves.pop("member_axes") == (("learning_rate", (1e-3, 3e-3)),)
   if model == "transformer":
     assert isinstance(run.model, run_config.TransformerConfig)
     assert leaves.pop("d_model") == cfg.hidden_dim == 48
@@ -68,7 +72,7 @@ def test_every_flag_of_a_point_lands_once_in_its_run_config(model):
     assert leaves.pop("trained_length") == cfg.max_length + 1
   assert run.model.name == model
   other = FAMILY_ONLY["rnn" if model == "transformer" else "transformer"]
-  wanted = {k: v for k, v in cfg.to_dict().items() if k not in SWEEP_ONLY | other}
+  wanted = {k: v for k, v in cfg.to_dict().items() if k not in SWEEP_ONLY | other | {"members"}}
   if model == "transformer":
     wanted.pop("hidden_dim")
   assert leaves == wanted
