@@ -10,6 +10,7 @@ size, dv value size. Leading axes (`...`) are any mix of batch and head axes.
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import math
 from typing import Any, Mapping
@@ -153,6 +154,15 @@ _CUDNN_COMPILES: dict[tuple, bool] = {}
 cudnn_probe_sharding: jax.sharding.Sharding | None = None
 
 
+def _on_its_own(fn):
+  """`fn()` in a thread of its own: outside the program being traced, whose
+  mesh context (a `shard_map` over the members' devices) is thread-local and
+  would refuse a program for one device (jax 0.11.2: "use_abstract_mesh
+  cannot change the size of the mesh")."""
+  with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+    return pool.submit(fn).result()
+
+
 def _cudnn_compiles(q, k, v, *, scale, is_causal, q_len, kv_len) -> bool:
   """Whether cuDNN attention compiles for these shapes, forward and backward.
 
@@ -175,7 +185,7 @@ def _cudnn_compiles(q, k, v, *, scale, is_causal, q_len, kv_len) -> bool:
       return jnp.sum(out.astype(jnp.float32))
 
     try:
-      jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile()
+      _on_its_own(lambda: jax.jit(jax.grad(loss, argnums=(0, 1, 2))).lower(*args).compile())
       _CUDNN_COMPILES[key] = True
     except Exception:  # a refusal at trace, lowering or compile time  # pylint: disable=broad-except
       _CUDNN_COMPILES[key] = False

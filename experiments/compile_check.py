@@ -29,6 +29,28 @@ Programs (--programs, comma-separated; `attention_jax.analysis.compile_cases`):
                     --additive_impls=pallas,... also the Pallas kernels
                     (`attention(score='additive', implementation='pallas')`).
 
+On a target of several devices (h100x8: 8 H100s on one host; tpu_v5e_8: a
+v5e-8, 8 chips on one host; tpu_v4_32: 16 v4 chips over 4 hosts), the
+programs are training steps laid out on a (members, data) device mesh by the
+library's placement (`attention_jax.analysis.compile_mesh`,
+`attention_jax.training.placement`):
+  gpu_members       the `gpu` preset's step, its 4 members split over 4
+                    devices (one each), the batch whole on each: no collective.
+  gpu_members_data  the same, members x data: 4 member groups, each batch
+                    split over the devices of a group.
+  gpu_data          today's data parallelism: the batch split over every
+                    device, every member's gradients all-reduced.
+  lr_grid           the `transformer_lr` grid's step at each d_k: 7 learning
+                    rates x 3 seeds = 21 members in one program, padded to a
+                    multiple of the devices and split over them.
+  lr_grid_data      the grid as today: a run of 3 seeds per learning rate,
+                    data-parallel over every device.
+Their rows add the devices, mesh and hosts, the collectives of the step
+(kind, count, bytes, group) and their predicted time.
+
+    .venv-aot/bin/python -m experiments.compile_check --target=tpu_v5e_8 \
+        --out=results/compile_check/multi_device
+
 Per program a row (`compile_device.compile_case`): compiled or the error;
 argument / output / alias / temporary bytes from XLA's memory analysis and
 whether they fit the target's memory; FLOPs and bytes accessed; a predicted
@@ -60,6 +82,8 @@ from absl import flags
 FLAGS = flags.FLAGS
 
 PROGRAMS = ("gpu_sweep", "transformer_base", "kernels", "additive")
+# On a target of several devices (`attention_jax.analysis.compile_mesh`).
+MESH_PROGRAMS = ("gpu_members", "gpu_members_data", "gpu_data", "lr_grid", "lr_grid_data")
 ADDITIVE_IMPLS = ("chunked", "naive", "pallas")
 DEFAULT_KERNEL_SEQ_LENS = (512, 1024, 2048, 4096, 8192, 16384)
 DEFAULT_ADDITIVE_SEQ_LENS = (256, 512, 1024, 2048, 4096)
@@ -85,8 +109,10 @@ def define_flags() -> None:
   from attention_jax.analysis import compile_targets  # pylint: disable=g-import-not-at-top
   targets = ", ".join(compile_targets.TARGETS)
   flags.DEFINE_string("target", None, f"What to compile for: one of {targets}.")
-  flags.DEFINE_string("programs", ",".join(PROGRAMS),
-                      f"Comma-separated programs from {', '.join(PROGRAMS)}.")
+  flags.DEFINE_string("programs", None,
+                      f"Comma-separated programs from {', '.join(PROGRAMS + MESH_PROGRAMS)} "
+                      f"(default: {', '.join(PROGRAMS)} on one device, "
+                      f"{', '.join(MESH_PROGRAMS)} on several).")
   flags.DEFINE_string("out", None, "Folder for <target>.jsonl and <target>.md.")
   flags.DEFINE_string("kernel_seq_lens", ",".join(map(str, DEFAULT_KERNEL_SEQ_LENS)),
                       "Kernel program: sequence lengths T.")
@@ -122,7 +148,7 @@ def _int_list(name: str, raw: str) -> tuple[int, ...]:
   return values
 
 
-def parse_options(target: str | None, programs: str, out: str | None,
+def parse_options(target: str | None, programs: str | None, out: str | None,
                   kernel_seq_lens: str, additive_seq_lens: str,
                   additive_impls: str = "chunked,naive") -> Options:
   """The flags' values checked; a ValueError names the first bad flag."""
@@ -132,12 +158,19 @@ def parse_options(target: str | None, programs: str, out: str | None,
     raise ValueError(f"`--target` is required: one of {', '.join(targets)}.")
   if target not in targets:
     raise ValueError(f"`--target` must be one of {', '.join(targets)}; got {target!r}.")
+  several = targets[target].devices > 1
+  if programs is None:
+    programs = ",".join(MESH_PROGRAMS if several else PROGRAMS)
   chosen = tuple(p.strip() for p in str(programs).split(",") if p.strip())
+  known = PROGRAMS + MESH_PROGRAMS
   if not chosen:
-    raise ValueError(f"`--programs` is empty; choose from {', '.join(PROGRAMS)}.")
+    raise ValueError(f"`--programs` is empty; choose from {', '.join(known)}.")
   for p in chosen:
-    if p not in PROGRAMS:
-      raise ValueError(f"`--programs`: {p!r} is not one of {', '.join(PROGRAMS)}.")
+    if p not in known:
+      raise ValueError(f"`--programs`: {p!r} is not one of {', '.join(known)}.")
+    if p in MESH_PROGRAMS and not several:
+      raise ValueError(f"`--programs`: {p!r} needs a target of several devices; {target} "
+                       "is one.")
   if not out:
     raise ValueError("`--out` is required: the folder for the table and the jsonl.")
   if os.path.exists(out) and not os.path.isdir(out):
@@ -156,7 +189,10 @@ def cases_for(options: Options) -> list:
   from attention_jax.analysis import compile_cases  # pylint: disable=g-import-not-at-top
   cases = []
   for program in options.programs:
-    if program == "gpu_sweep":
+    if program in MESH_PROGRAMS:
+      from attention_jax.analysis import compile_mesh  # pylint: disable=g-import-not-at-top
+      cases += compile_mesh.mesh_cases(program, options.target.devices)
+    elif program == "gpu_sweep":
       cases += compile_cases.gpu_sweep_cases()
     elif program == "transformer_base":
       cases += compile_cases.transformer_base_cases()
@@ -172,16 +208,21 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
   (rewritten after each case, so a killed run keeps what it compiled)."""
   # pylint: disable=g-import-not-at-top
   from attention_jax.analysis import compile_device
+  from attention_jax.analysis import compile_mesh
   from attention_jax.analysis import compile_tables
   # pylint: enable=g-import-not-at-top
   os.makedirs(options.out, exist_ok=True)
   target = options.target
   provenance = compile_device.row_provenance(command)
-  device = compile_device.target_device(target)
-  log(f"target {target.name}: {device.device_kind}; versions {provenance['versions']}")
+  devices = compile_device.target_devices(target)
+  log(f"target {target.name}: {len(devices)} x {devices[0].device_kind} on "
+      f"{compile_mesh.hosts_of(devices)} host(s); versions {provenance['versions']}")
   rows = []
   for case in cases_for(options):
-    row = {**compile_device.compile_case(case, target, device), **provenance}
+    compiled = (compile_mesh.compile_mesh_case(case, target, devices)
+                if isinstance(case, compile_mesh.MeshCase)
+                else compile_device.compile_case(case, target, devices[0]))
+    row = {**compiled, **provenance}
     rows.append(row)
     log(f"[{row['case']}] {row['status']} in {row['compile_s']} s"
         + (f": total {compile_tables.format_gb(row.get('total_bytes'))} GB, predicted "

@@ -30,7 +30,7 @@ class Case:
   attention_flops: float | None = None  # the benchmark's FLOP count of the case
 
 
-class _ShapeOnlyData:
+class ShapeOnlyData:
   """What `EnsembleTrainer` reads of a dataset to build its programs: the
   tokenizer's ids and size, and the longest sentence of each split."""
 
@@ -56,7 +56,7 @@ def train_step_case(program: str, case: str, cfg, arm, steps: int | None) -> Cas
     from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
     width = int(batching.padded_length(cfg.max_length + 1))
     trainer = train_lib.EnsembleTrainer(cfg.point(arm),
-                                        _ShapeOnlyData(cfg.vocab_size, cfg.max_length),
+                                        ShapeOnlyData(cfg.vocab_size, cfg.max_length),
                                         tuple(range(cfg.seeds)))
     ints = jax.ShapeDtypeStruct((cfg.batch_size, width), jnp.int32)
     args = (trainer.params, trainer.rest, trainer.opt_state,

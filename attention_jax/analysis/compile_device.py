@@ -58,20 +58,35 @@ def _cudnn_version() -> tuple[int, int]:
   return int(major), int(minor)
 
 
-def target_device(target: compile_targets.Target):
-  """One compile-only device of `target`."""
+def target_devices(target: compile_targets.Target) -> list:
+  """The compile-only devices of `target`: every chip of its TPU topology
+  (described with its chips per host and chip configuration where the target
+  gives them: libtpu otherwise describes a v5e:2x4 as two hosts of 4 chips,
+  while a v5e-8 is one host of 8), or its H100s (`1x1x<n>`: one slice, one
+  host, n GPUs)."""
   from jax.experimental import topologies  # pylint: disable=g-import-not-at-top
   if target.platform == "tpu":
-    topo = topologies.get_topology_desc(topology_name=target.topology, platform="tpu")
+    options = {}
+    if target.chips_per_host_bounds:
+      options["chips_per_host_bounds"] = tuple(target.chips_per_host_bounds)
+    if target.chip_config_name:
+      options["chip_config_name"] = target.chip_config_name
+    topo = topologies.get_topology_desc(topology_name=target.topology, platform="tpu",
+                                        **options)
   else:
     config = compile_targets.h100_target_config(_cudnn_version())
     topo = topologies.get_topology_desc(target.name, "cuda", target_config=config,
-                                        topology="1x1x1")
-  return topo.devices[0]
+                                        topology=target.topology or "1x1x1")
+  return list(topo.devices)
+
+
+def target_device(target: compile_targets.Target):
+  """One compile-only device of `target` (the first of `target_devices`)."""
+  return target_devices(target)[0]
 
 
 @contextlib.contextmanager
-def _backend_as(platform: str):
+def backend_as(platform: str):
   """`jax.default_backend()` answers the target's platform ('gpu' for CUDA)
   while a program is traced, so that the model code picks the kernels it
   would pick on the device (attention.select_implementation asks it)."""
@@ -86,7 +101,7 @@ def _backend_as(platform: str):
 
 
 @contextlib.contextmanager
-def _cudnn_probe_on(sharding):
+def cudnn_probe_on(sharding):
   """`attention`'s cuDNN probe compiles for the device of `sharding` while a
   program is traced: compiled for this host's CPU, the probe fails and `auto`
   would take XLA's kernel where the device would take cuDNN's."""
@@ -100,7 +115,7 @@ def _cudnn_probe_on(sharding):
     attention.cudnn_probe_sharding = original
 
 
-def _abstract_mesh_of(sharding):
+def abstract_mesh_of(sharding):
   """Lowering sees the target's device as its abstract mesh: Pallas's Triton
   backend reads the GPU it compiles for from there ('No supported GPU
   devices found' otherwise, on a host without one)."""
@@ -108,7 +123,7 @@ def _abstract_mesh_of(sharding):
   return jax.sharding.use_abstract_mesh(sharding.mesh.abstract_mesh)
 
 
-def _device_sharding(device):
+def device_sharding(device):
   """A sharding that places an array whole on `device`."""
   from jax.sharding import Mesh, NamedSharding, PartitionSpec  # pylint: disable=g-import-not-at-top
   return NamedSharding(Mesh(np.array([device]), ("device",)), PartitionSpec())
@@ -127,10 +142,10 @@ def compile_case(case: compile_cases.Case, target: compile_targets.Target, devic
          "device_memory_bytes": target.memory_bytes}
   import jax  # pylint: disable=g-import-not-at-top
   start = time.perf_counter()
-  sharding = _device_sharding(device)
+  sharding = device_sharding(device)
   try:
-    with (_backend_as(target.platform), _cudnn_probe_on(sharding),
-          _abstract_mesh_of(sharding)):
+    with (backend_as(target.platform), cudnn_probe_on(sharding),
+          abstract_mesh_of(sharding)):
       fn, args = case.build()
       lowered = fn.lower(*_on_device(args, sharding))
       pallas = (hlo.pallas_cost_estimates(jax.make_jaxpr(fn)(*_on_device(args, sharding)))
@@ -141,6 +156,26 @@ def compile_case(case: compile_cases.Case, target: compile_targets.Target, devic
                compile_s=round(time.perf_counter() - start, 2))
     return row
   row.update(status="compiled", compile_s=round(time.perf_counter() - start, 2))
+  row.update(analyse(compiled, target, pallas))
+  if row.get("flops") is None:
+    return row
+  if case.steps:
+    row.update(steps=case.steps, predicted_total_s=case.steps * row["predicted_s"])
+  if case.attention_flops:
+    row["attention_flops"] = case.attention_flops
+    row["predicted_tflops"] = case.attention_flops / row["predicted_s"] / 1e12
+  return row
+
+
+def analyse(compiled, target: compile_targets.Target, pallas: dict | None = None) -> dict:
+  """What XLA says of a compiled program (per device, where it spans
+  several): its memory analysis and whether it fits the target's memory, the
+  target's own cost analysis where it gives one, the fused attention kernel,
+  and the loop-aware FLOPs, bytes, kernels and loop iterations with the
+  roofline and predicted time (`cost_error` where the HLO could not be
+  costed). `pallas`: the Pallas kernels' estimates from the program's jaxpr,
+  added where the compiled program carries none (Triton)."""
+  row = {}
   mem = compiled.memory_analysis()
   memory = {"argument_bytes": int(mem.argument_size_in_bytes),
             "output_bytes": int(mem.output_size_in_bytes),
@@ -158,7 +193,7 @@ def compile_case(case: compile_cases.Case, target: compile_targets.Target, devic
   row["fused_attention"] = hlo.fused_attention_kernel(text)
   try:
     modules = compiled.runtime_executable().hlo_modules()
-    cost = hlo.loop_aware_cost(modules[0].to_string(), hlo.cpu_cost_analysis)
+    cost = hlo.loop_aware_cost(hlo.parsable(modules[0].to_string()), hlo.cpu_cost_analysis)
   except Exception as e:  # pylint: disable=broad-except
     row["cost_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:300]}"
     return row
@@ -174,11 +209,6 @@ def compile_case(case: compile_cases.Case, target: compile_targets.Target, devic
              roofline_s=compile_targets.roofline_seconds(
                  cost["flops"], cost["bytes accessed"], target.peak_flops, target.bandwidth),
              predicted_s=compile_targets.predict_seconds(cost, target))
-  if case.steps:
-    row.update(steps=case.steps, predicted_total_s=case.steps * row["predicted_s"])
-  if case.attention_flops:
-    row["attention_flops"] = case.attention_flops
-    row["predicted_tflops"] = case.attention_flops / row["predicted_s"] / 1e12
   return row
 
 

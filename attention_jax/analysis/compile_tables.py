@@ -160,6 +160,75 @@ def _additive_table_with_pallas(by_t, cell) -> str:
   return "\n".join(lines) + "\n"
 
 
+def format_collectives(collectives) -> str:
+  """A step's collectives in one cell: 'none', or per kind and group size
+  `kind x count (GB, group g)`, the bytes summed over the executions."""
+  if collectives is None:
+    return "–"
+  if not collectives:
+    return "none"
+  return "; ".join(f"{c['kind']} ×{c['count']} ({c['bytes'] / 1e9:.3f} GB, group "
+                   f"{c['group_size']})" for c in collectives)
+
+
+MESH_PROGRAMS = {
+    "gpu_members": "`gpu` preset, members split over devices",
+    "gpu_members_data": "`gpu` preset, members × data",
+    "gpu_data": "`gpu` preset, data parallel (today)",
+    "lr_grid": "learning-rate grid, one program of 21 members per cell",
+    "lr_grid_data": "learning-rate grid, a run of 3 seeds per rate, data parallel (today)",
+}
+
+
+def mesh_table(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per multi-device program: its layout (scheme, devices, mesh, hosts,
+  members), per-device memory, FLOPs per device, the step's collectives and
+  their predicted time, the predicted step and the time of its runs."""
+  lines = ["| program | case | scheme | num_devices | mesh (members × data) | hosts | members "
+           "(padding) | memory / device GB | fits | GFLOP / device / step | collectives | "
+           "collective time | predicted step | runs × steps | predicted total |",
+           "|---|---|---|---:|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+  for r in rows:
+    if "num_devices" not in r:
+      continue
+    mesh = r.get("mesh") or {}
+    layout = (f"| {r['program']} | {r['case']} | {r['scheme']} | {r['num_devices']} | "
+              f"{mesh.get('members')} × {mesh.get('data')} | {r.get('hosts')} | "
+              f"{r.get('members')} ({r.get('padding', 0)}) |")
+    if r.get("status") != "compiled":
+      lines.append(f"{layout} error: {str(r.get('error', ''))[:100]} | | | | | | | |")
+      continue
+    flops = r.get("flops")
+    lines.append(
+        f"{layout} {format_gb(r.get('total_bytes'))} | {'yes' if r.get('fits') else '**no**'} | "
+        f"{'–' if flops is None else f'{flops / 1e9:,.0f}'} | "
+        f"{format_collectives(r.get('collectives'))} | {format_seconds(r.get('collective_s'))} | "
+        f"{format_seconds(r.get('predicted_s'))} | "
+        f"{r.get('runs', 1)} × {_count(r.get('steps'))} | "
+        f"{format_seconds(r.get('predicted_total_s'))} |")
+  return "\n".join(lines) + "\n"
+
+
+def mesh_totals(rows: Sequence[Mapping[str, Any]]) -> str:
+  """Per multi-device program: the predicted time of all its runs (the `gpu`
+  sweep's 12 cells, or the grid's runs), one after another, with how much of
+  it the collectives take; '–' where one of its programs did not compile."""
+  lines = ["| program | num_devices | predicted wall time | of which collectives |",
+           "|---|---:|---:|---:|"]
+  for program, title in MESH_PROGRAMS.items():
+    chosen = [r for r in rows if r.get("program") == program and "num_devices" in r]
+    if not chosen:
+      continue
+    done = all(r.get("predicted_total_s") is not None for r in chosen)
+    total = sum(r["predicted_total_s"] for r in chosen) if done else None
+    comm = (sum(r.get("runs", 1) * r["steps"] * r["collective_s"] for r in chosen)
+            if done else None)
+    devices = sorted({r["num_devices"] for r in chosen})
+    lines.append(f"| {title} | {', '.join(map(str, devices))} | {format_seconds(total)} | "
+                 f"{format_seconds(comm)} |")
+  return "\n".join(lines) + "\n"
+
+
 def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -> str:
   """The markdown report: the target, the sweep prediction, a table per
   program and every row."""
@@ -169,6 +238,11 @@ def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -
            f"TFLOP/s bf16, {target.bandwidth / 1e12:.2f} TB/s; overhead per kernel "
            f"{target.kernel_overhead_s * 1e6:g} µs and per loop iteration "
            f"{target.iteration_overhead_s * 1e6:g} µs (assumed).\n"]
+  if target.devices > 1:
+    parts.append(f"{target.devices} devices on {target.hosts} host(s); collectives: "
+                 f"{target.link_bandwidth / 1e9:.0f} GB/s per device and "
+                 f"{target.collective_overhead_s * 1e6:g} µs each (assumed), not overlapped "
+                 "with compute.\n")
   if rows:
     first = rows[0]
     parts.append(f"Compiled on a CPU-only host with {json.dumps(first.get('versions'))}, "
@@ -191,6 +265,9 @@ def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -
       ("additive", "Additive score, a = 1024, forward+backward", additive_table)):
     if any(r["program"] == program for r in rows):
       parts.append(f"## {title}\n\n{table(rows)}")
+  if any("num_devices" in r for r in rows):
+    parts.append("## Predicted wall time of each program's runs\n\n" + mesh_totals(rows))
+    parts.append("## Multi-device programs\n\n" + mesh_table(rows))
   parts.append(f"## Every program\n\n{markdown_table(rows)}")
   return "\n".join(parts)
 

@@ -41,6 +41,17 @@ class Target:
   kernel_overhead_s: float
   iteration_overhead_s: float
   topology: str = ""  # libtpu topology name (TPU)
+  # Several devices: how many, over how many hosts (processes), and what
+  # libtpu needs to describe them as they are sold (chips per host, the two
+  # TensorCores of a v4 chip as one device).
+  devices: int = 1
+  hosts: int = 1
+  chips_per_host_bounds: tuple[int, ...] = ()
+  chip_config_name: str = ""
+  # Collectives (assumed, see `collective_seconds`): bytes/s each device
+  # sends and receives in a ring all-reduce, and a fixed cost per collective.
+  link_bandwidth: float = 0.0
+  collective_overhead_s: float = 0.0
 
 
 # Sources: NVIDIA H100 SXM5 data sheet (989 TFLOP/s dense bf16, 3.35 TB/s,
@@ -65,6 +76,27 @@ TARGETS: dict[str, Target] = {
                       memory_bytes=95 * GiB, peak_flops=459e12, bandwidth=2765e9,
                       kernel_overhead_s=0.5e-6, iteration_overhead_s=1e-6,
                       topology="v5p:2x2x1"),
+    # Several devices. Link bandwidths: NVLink 4 moves 900 GB/s per H100,
+    # both directions together (450 GB/s each way); a TPU pod's all-reduce
+    # bandwidth per chip is Google's per-pod figure over its chips (v5e:
+    # 51.2 TB/s over 256 chips; v4: 1.1 PB/s over 4,096). v4: 275 TFLOP/s
+    # bf16, 1,200 GB/s, 32 GiB per chip, its two TensorCores one device
+    # ('megacore'); a v4-32 is 16 chips on 4 hosts, a v5e-8 8 chips on one.
+    "h100x8": Target("h100x8", "cuda", "8 NVIDIA H100 80GB HBM3 (SXM), NVLink, one host",
+                     memory_bytes=80 * 10 ** 9, peak_flops=989e12, bandwidth=3.35e12,
+                     kernel_overhead_s=3e-6, iteration_overhead_s=10e-6, topology="1x1x8",
+                     devices=8, link_bandwidth=450e9, collective_overhead_s=10e-6),
+    "tpu_v5e_8": Target("tpu_v5e_8", "tpu", "TPU v5e-8 (v5e:2x4, 8 chips, one host)",
+                        memory_bytes=16 * GiB, peak_flops=197e12, bandwidth=819e9,
+                        kernel_overhead_s=0.5e-6, iteration_overhead_s=1e-6,
+                        topology="v5e:2x4", devices=8, chips_per_host_bounds=(2, 4, 1),
+                        link_bandwidth=200e9, collective_overhead_s=5e-6),
+    "tpu_v4_32": Target("tpu_v4_32", "tpu", "TPU v4-32 (v4:2x2x4, 16 chips over 4 hosts)",
+                        memory_bytes=32 * GiB, peak_flops=275e12, bandwidth=1200e9,
+                        kernel_overhead_s=0.5e-6, iteration_overhead_s=1e-6,
+                        topology="v4:2x2x4", devices=16, hosts=4,
+                        chips_per_host_bounds=(2, 2, 1), chip_config_name="megacore",
+                        link_bandwidth=268e9, collective_overhead_s=5e-6),
 }
 
 # The XLA target description of an H100 SXM: what XLA:GPU would query from
@@ -115,6 +147,35 @@ def predict_seconds(cost: Mapping[str, float], target: Target) -> float:
                            target.bandwidth)
           + cost.get("kernels", 0) * target.kernel_overhead_s
           + cost.get("iterations", 0) * target.iteration_overhead_s)
+
+
+# How much of a collective's buffer each device sends, as a multiple of
+# (group - 1) / group of the buffer: a ring all-reduce passes it twice
+# (reduce-scatter, then all-gather), the others once.
+_RING_PASSES = {"all-reduce": 2.0, "all-gather": 1.0, "reduce-scatter": 1.0,
+                "all-to-all": 1.0}
+
+
+def collective_seconds(collectives, target: Target) -> float:
+  """Time of a step's collectives on `target`, none overlapped with compute
+  (an upper bound where XLA runs them asynchronously): per collective its
+  fixed cost plus its ring traffic over the link bandwidth, `passes x (g - 1)
+  / g x bytes` for a group of g devices (a collective-permute sends its
+  buffer once). `collectives`: rows of `hlo.collectives` (kind, group
+  size, executions per step `count`, `bytes` summed over them)."""
+  total = 0.0
+  for c in collectives:
+    group = c["group_size"]
+    if group <= 1:
+      continue
+    if target.link_bandwidth <= 0:
+      raise ValueError(f"target {target.name} has no `link_bandwidth` for its collectives.")
+    share = _RING_PASSES.get(c["kind"], 1.0) * (group - 1) / group
+    if c["kind"] == "collective-permute":
+      share = 1.0
+    total += (c["count"] * target.collective_overhead_s
+              + share * c["bytes"] / target.link_bandwidth)
+  return total
 
 
 def total_bytes(memory: Mapping[str, int]) -> int:

@@ -300,3 +300,138 @@ def cpu_cost_analysis(module_text: str) -> dict:
   module = hlo.hlo_module_from_text(module_text)
   return _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
 
+
+
+# --- collectives --------------------------------------------------------------
+
+# Opcodes that move data between devices (an async pair counted by its start).
+COLLECTIVE_OPS = frozenset({"all-reduce", "all-gather", "reduce-scatter", "all-to-all",
+                            "collective-permute", "collective-broadcast", "ragged-all-to-all"})
+_REFERENCES = re.compile(r"\b(calls|to_apply|body|condition)=%?([\w.\-]+)")
+_REFERENCE_LISTS = re.compile(r"\b(branch_computations|called_computations)=\{([^}]*)\}")
+_IOTA_GROUPS = re.compile(r"replica_groups=\[([\d,]+)\]<=")
+_LIST_GROUPS = re.compile(r"replica_groups=\{\{([\d,]*)\}")
+# XLA:GPU's form names mesh axes: `replica_groups=mesh['members'=4,'data'=2] {'data'}`.
+_MESH_GROUPS = re.compile(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}")
+
+
+def group_size(line: str, num_devices: int) -> int:
+  """How many devices take part in each group of a collective: from its
+  `replica_groups` (the iota form `[groups, size]<=[n]` or the list form
+  `{{0,1},{2,3}}`, or XLA:GPU's mesh axes `mesh['members'=4,'data'=2]
+  {'data'}`: the product of the named axes); every device (`num_devices`) where they are empty; 2 for
+  a collective-permute (one device sends, one receives)."""
+  if " collective-permute" in line:
+    return 2
+  m = _MESH_GROUPS.search(line)
+  if m:
+    sizes = {name.strip().strip("'"): int(size)
+             for name, size in (axis.split("=") for axis in m.group(1).split(","))}
+    named = [a.strip().strip("'") for a in m.group(2).split(",") if a.strip()]
+    return math.prod(sizes[a] for a in named) if named else num_devices
+  m = _IOTA_GROUPS.search(line)
+  if m:
+    return int(m.group(1).split(",")[-1])
+  m = _LIST_GROUPS.search(line)
+  if m and m.group(1):
+    return len(m.group(1).split(","))
+  return num_devices
+
+
+def collective_bytes(line: str, opcode: str, group: int) -> int:
+  """The buffer a collective works on, in bytes: what is reduced (all-reduce),
+  the gathered result (all-gather), the input that is reduced and scattered
+  (reduce-scatter: the result x the group), the result otherwise. An async
+  start's result is a tuple of its operands and results: the results are
+  its second half (all-gather), its first element (collective-permute);
+  where the operands are a tuple of their own (`((operands), results)`,
+  XLA:GPU), what follows it."""
+  kind = opcode.removesuffix("-start")
+  result = line.split("=", 1)[1].split(f" {opcode}(")[0].strip()
+  start = opcode.endswith("-start")
+  if start and result.startswith("(("):
+    result, start = result[_closing(result, 1) + 1:], False  # the results alone are left
+  shapes = _SHAPE.findall(result)
+  sizes = [_BYTES[dtype] * math.prod(int(d) for d in dims.split(",") if d)
+           for dtype, dims in shapes]
+  if start and len(sizes) > 1:
+    if kind == "all-gather":
+      sizes = sizes[len(sizes) // 2:]
+    elif kind == "collective-permute":
+      sizes = sizes[:1]
+  total = sum(sizes)
+  return total * group if kind == "reduce-scatter" else total
+
+
+def _closing(text: str, start: int) -> int:
+  """Index of the bracket that closes the one at `text[start]`."""
+  depth = 0
+  for i in range(start, len(text)):
+    depth += {"(": 1, "{": 1, ")": -1, "}": -1}.get(text[i], 0)
+    if depth == 0:
+      return i
+  raise ValueError(f"unbalanced brackets in {text[:200]!r}")
+
+
+def parsable(hlo_text: str) -> str:
+  """`hlo_text` in the form the HLO parser of the CPU client reads (for
+  `cpu_cost_analysis`): XLA:GPU writes async collectives with attributes
+  that parser refuses (`output_to_operand_aliasing` on an all-reduce-start,
+  replica groups as mesh axes). Neither changes a cost: the aliasing is
+  dropped and the groups become every device (`replica_groups={}`)."""
+  out = []
+  for line in hlo_text.splitlines():
+    key = ", output_to_operand_aliasing={"
+    at = line.find(key)
+    if at >= 0:
+      end = _closing(line, at + len(key) - 1)
+      line = line[:at] + line[end + 1:]
+    out.append(_MESH_GROUPS.sub("replica_groups={}", line))
+  return "\n".join(out)
+
+
+def collectives(hlo_text: str, num_devices: int) -> list[dict]:
+  """The collectives one execution of a compiled SPMD program runs, each
+  counted as often as it runs (inside a loop: times its trip count, as in
+  `loop_aware_cost`; inside a fusion, call or async computation: as often
+  as it is called). Rows `{kind, group_size, count, bytes}` per kind and
+  group size, `bytes` summed over the executions (`collective_bytes`),
+  sorted by kind and group. `num_devices`: the devices of the program
+  (the group of a collective whose replica groups are empty)."""
+  entry, comps = parse_hlo(hlo_text)
+  trips = {name: {body: (trip if isinstance(trip, int) else 1) for body, trip in comp.whiles}
+           for name, comp in comps.items()}
+  callees: dict[str, list[tuple[str, int]]] = {}
+  for name, comp in comps.items():
+    refs = []
+    for line in comp.lines[1:]:
+      for key, callee in _REFERENCES.findall(line):
+        refs.append((callee, trips[name].get(callee, 1) if key == "body" else 1))
+      for _, names in _REFERENCE_LISTS.findall(line):
+        refs += [(n.strip().lstrip("%"), 1) for n in names.split(",") if n.strip()]
+    callees[name] = [(c, times) for c, times in refs if c in comps]
+
+  runs: dict[str, int] = {}
+
+  def visit(name: str, times: int) -> None:
+    runs[name] = runs.get(name, 0) + times
+    for callee, n in callees[name]:
+      visit(callee, times * n)
+
+  visit(entry, 1)
+  totals: dict[tuple[str, int], list[int]] = {}
+  for name, times in runs.items():
+    for line in comps[name].lines[1:]:
+      m = _INSTRUCTION.match(line)
+      if not m:
+        continue
+      opcode = m.group(2)
+      kind = opcode.removesuffix("-start")
+      if kind not in COLLECTIVE_OPS or opcode.endswith("-done"):
+        continue
+      group = group_size(line, num_devices)
+      slot = totals.setdefault((kind, group), [0, 0])
+      slot[0] += times
+      slot[1] += times * collective_bytes(line, opcode, group)
+  return [{"kind": kind, "group_size": group, "count": count, "bytes": size}
+          for (kind, group), (count, size) in sorted(totals.items())]

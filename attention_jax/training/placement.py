@@ -19,6 +19,7 @@ seeds took 524 ms vmapped and 393 ms in turn (multiplicative a = 128; 992 and
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import jax
@@ -108,3 +109,106 @@ def over_members(fn: Callable, in_axes: Sequence[int | None], *,
     return jax.tree.map(lambda *xs: jnp.stack(xs), *outputs)
 
   return in_turn_fn
+
+
+# --- the member axis over devices -------------------------------------------
+#
+# The members of an ensemble share nothing but their batches: member e's
+# parameters, optimiser state and update depend on member e alone. So the
+# stacked axis E splits over devices with no communication in a step: each
+# device holds E / m members and runs them as the one-device program would.
+# Data parallelism (`data`) is a second mesh axis, for cells with fewer
+# members than devices: the batch is split over it and the gradients summed
+# over it (an all-reduce within each group of `data` devices).
+
+MEMBERS = "members"
+DATA = "data"
+SCHEMES = ("auto", "members", "data", "members,data")
+
+
+def member_mesh(devices: Sequence, members: int, data: int = 1) -> Mesh:
+  """A `(members, data)` mesh over `devices` (in their order): the member
+  axis split over `members` groups, the batch over `data` devices in each."""
+  devices = list(devices)
+  for name, size in (("members", members), ("data", data)):
+    if not (isinstance(size, (int, np.integer)) and size >= 1):
+      raise ValueError(f"`{name}` must be an integer >= 1, got {size!r}.")
+  if members * data != len(devices):
+    raise ValueError(f"`members` x `data` ({members} x {data}) must equal the number of "
+                     f"devices ({len(devices)}).")
+  return Mesh(np.asarray(devices, dtype=object).reshape(members, data), (MEMBERS, DATA))
+
+
+def mesh_shape(scheme: str, num_members: int, num_devices: int) -> tuple[int, int]:
+  """`(members, data)` sizes of the mesh `scheme` gives `num_members` on
+  `num_devices` devices; a ValueError naming `--mesh` where they do not fit.
+
+  'members': every device holds `num_members / num_devices` members (must
+  divide); 'data': the batch split over every device, the members on each
+  (today's data parallelism); 'members,data': the member axis over the
+  largest number of groups that divides both, the batch over the devices of
+  each group; 'auto': 'members' when there are at least as many members as
+  devices, else 'members,data'.
+  """
+  for name, size in (("num_members", num_members), ("num_devices", num_devices)):
+    if not (isinstance(size, (int, np.integer)) and size >= 1):
+      raise ValueError(f"`{name}` must be an integer >= 1, got {size!r}.")
+  if scheme not in SCHEMES:
+    raise ValueError(f"`--mesh` must be one of {', '.join(SCHEMES)}; got {scheme!r}.")
+  if scheme == "auto":
+    scheme = "members" if num_members >= num_devices else "members,data"
+  if scheme == "data":
+    return 1, num_devices
+  if scheme == "members,data":
+    groups = math.gcd(num_members, num_devices)
+    return groups, num_devices // groups
+  if num_members % num_devices:
+    raise ValueError(f"`--mesh=members`: {num_members} members do not split over "
+                     f"{num_devices} devices; give a multiple of {num_devices} members "
+                     "(seeds x learning rates) or `--mesh=members,data`.")
+  return num_devices, 1
+
+
+def stacked_sharding(mesh: Mesh) -> NamedSharding:
+  """Where arrays stacked over the members (leading axis E) live: split over
+  the mesh's `members` axis, whole on each device of a `data` group."""
+  return NamedSharding(mesh, P(MEMBERS))
+
+
+def batch_sharding(mesh: Mesh) -> NamedSharding:
+  """Where a batch lives: split along its first axis over the mesh's `data`
+  axis, the same on every member group."""
+  return NamedSharding(mesh, P(DATA) if DATA in mesh.axis_names else P())
+
+
+def axis_size(mesh: Mesh | None, name: str) -> int:
+  """The size of `mesh`'s axis `name`; 1 without a mesh or without that axis."""
+  if mesh is None or name not in mesh.axis_names:
+    return 1
+  return int(mesh.shape[name])
+
+
+def over_members_on(mesh: Mesh | None, fn: Callable, in_axes: Sequence[int | None], *,
+                    in_turn: bool | None = None) -> Callable:
+  """`over_members(fn, in_axes)` with its member axis split over `mesh`'s
+  `members` axis.
+
+  Members alone (no `data` axis, or one of size 1): each device runs
+  `over_members` on its own members (vmapped on accelerators, in turn on
+  CPU) inside a `jax.shard_map` over the whole mesh, so the program has no
+  communication and each device computes what one device would for those
+  members. Members x data: the members vmapped (never in turn: taking one
+  member of an array split over devices would gather it), the layout left
+  to the compiler, which splits the batch and sums the gradients over `data`
+  exactly as one device computes them. (A `shard_map` manual over `members`
+  only would do the same, but jax's custom partitioning, which cuDNN's
+  attention uses, fails inside it: jax 0.11.2.) Without a mesh, or with one
+  member group, it is `over_members`.
+  """
+  if axis_size(mesh, MEMBERS) == 1:
+    return over_members(fn, in_axes, in_turn=in_turn)
+  if axis_size(mesh, DATA) > 1:
+    return over_members(fn, in_axes, in_turn=False)
+  specs = tuple(P(MEMBERS) if axis == 0 else P() for axis in in_axes)
+  return jax.shard_map(over_members(fn, in_axes, in_turn=in_turn), mesh=mesh, in_specs=specs,
+                       out_specs=P(MEMBERS), check_vma=False)

@@ -243,7 +243,8 @@ def test_cli_refuses_a_bad_flag_in_one_line_before_any_work(tmp_path):
       cwd=ROOT, capture_output=True, text=True, timeout=120)
   assert proc.returncode != 0
   assert proc.stderr.strip().splitlines() == [
-      "error: `--target` must be one of h100, tpu_v5e, tpu_v6e, tpu_v5p; got 'h200'."]
+      "error: `--target` must be one of h100, tpu_v5e, tpu_v6e, tpu_v5p, h100x8, tpu_v5e_8, "
+      "tpu_v4_32; got 'h200'."]
   assert not out.exists()
 
 
@@ -403,7 +404,7 @@ _ADDITIVE_SCRIPT = textwrap.dedent("""\
     attention = importlib.import_module("attention_jax.attention")
     q = jax.ShapeDtypeStruct((32, 1024, 64), jnp.float32)
     params = {"w_q": jnp.zeros((64, 1024)), "w_k": jnp.zeros((64, 1024)), "v": jnp.zeros(1024)}
-    with compile_device._backend_as(target.platform):
+    with compile_device.backend_as(target.platform):
         out["auto"] = attention.select_implementation("additive", "auto", q, q, q, params=params)
     print(json.dumps(out))
     """)

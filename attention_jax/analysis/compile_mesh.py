@@ -1,0 +1,255 @@
+"""Training steps compiled for several devices: the members split over them, or the batch.
+
+A multi-device target (`compile_targets`: `h100x8`, `tpu_v5e_8`,
+`tpu_v4_32`) is a set of compile-only devices (`compile_device.target_devices`).
+Each `MeshCase` is one training step laid out on a `(members, data)` mesh of
+them (`placement.member_mesh`) by the library's own placement
+(`placement.over_members_on`, `stacked_sharding`, `batch_sharding`), so the
+program compiled is the one a trainer with that mesh runs:
+
+- `members`: the stacked member axis E of the parameters, optimiser state
+  and non-parameter state split over the devices, each device its E / m
+  members; the batch whole on every device. No communication in the step.
+- `members,data`: fewer members than devices; the members over m groups and
+  each batch split over the d devices of a group (gradients summed in it).
+- `data`: today's data parallelism: every member on every device, the batch
+  split over all of them, every member's gradients all-reduced.
+
+The row of a case (`compile_mesh_case`) is `compile_device`'s (memory per
+device, loop-aware FLOPs and bytes of the per-device program) with the
+step's collectives read from the compiled HLO (`hlo.collectives`: kind,
+executions, bytes, group size), their predicted time
+(`compile_targets.collective_seconds`), `num_devices`, the mesh and the
+number of hosts its devices span.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import time
+from typing import Callable, Sequence
+
+from attention_jax.analysis import compile_cases
+from attention_jax.analysis import compile_device
+from attention_jax.analysis import compile_targets
+from attention_jax.analysis import hlo
+
+
+@dataclasses.dataclass
+class MeshCase:
+  """One training step on a `(members, data)` mesh of `members x data`
+  devices: `build(mesh)` gives `(jitted function, args)`, the args
+  ShapeDtypeStructs placed on the mesh's devices. `members` counts the member
+  groups (mesh axis), `num_members` the members E, `padding` how many of
+  them are there only to fill the groups (`pad_members`)."""
+  program: str
+  case: str
+  shapes: dict
+  scheme: str
+  members: int
+  data: int
+  num_members: int
+  build: Callable[..., tuple[Callable, tuple]]
+  steps: int | None = None  # steps of this program in its sweep
+  runs: int = 1  # how many times the sweep runs this program's steps
+  padding: int = 0
+
+  @property
+  def num_devices(self) -> int:
+    return self.members * self.data
+
+
+def pad_members(num_members: int, groups: int) -> int:
+  """The least multiple of `groups` that holds `num_members`: members that do
+  not split over the groups are padded with extra members (more seeds),
+  which train as the others and are discarded, rather than leaving some
+  devices with fewer members (a program per device count)."""
+  if num_members < 1 or groups < 1:
+    raise ValueError(f"`num_members` ({num_members}) and `groups` ({groups}) must be >= 1.")
+  return -(-num_members // groups) * groups
+
+
+def member_step(trainer, mesh) -> Callable:
+  """The trainer's training step (`train_lib.EnsembleTrainer`'s: one
+  optimiser step of every member on one batch, parameters and optimiser
+  state donated) with its member axis placed on `mesh`. The seeds are an
+  argument, split with the members, since each device needs its own."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import steps  # pylint: disable=g-import-not-at-top
+  run = trainer.run_config
+  step = functools.partial(steps.train_step, trainer.graphdef, trainer.tx,
+                           pad_id=trainer.tok.pad_id,
+                           label_smoothing=run.optimizer.label_smoothing,
+                           dropout=run.model.dropout > 0.0)
+
+  def member(params, rest, opt_state, seed, step_index, src, tgt_in, tgt_out):
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), step_index)
+    return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
+
+  # Every output (parameters, optimiser state, losses) is stacked over the
+  # members and stays where they are, so the donated buffers are reused.
+  return jax.jit(placement.over_members_on(mesh, member, (0, 0, 0, 0, None, None, None, None)),
+                 donate_argnums=(0, 2), out_shardings=placement.stacked_sharding(mesh))
+
+
+def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members: int,
+                         data: int, num_members: int | None = None,
+                         steps: int | None = None, runs: int = 1) -> MeshCase:
+  """The training step of `cfg` at `arm` with `num_members` members (default
+  `cfg.seeds`, padded to a multiple of `members`) on a `members x data`
+  mesh, at the widest training batch."""
+  wanted = cfg.seeds if num_members is None else num_members
+  total = pad_members(wanted, members)
+  if cfg.batch_size % data:
+    raise ValueError(f"batch {cfg.batch_size} does not split over `data` = {data} devices.")
+
+  def build(mesh):
+    import jax  # pylint: disable=g-import-not-at-top
+    import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+    import numpy as np  # pylint: disable=g-import-not-at-top
+    from attention_jax.data import batching  # pylint: disable=g-import-not-at-top
+    from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
+    from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
+    width = int(batching.padded_length(cfg.max_length + 1))
+    trainer = train_lib.EnsembleTrainer(
+        cfg.point(arm), compile_cases.ShapeOnlyData(cfg.vocab_size, cfg.max_length),
+        tuple(range(total)))
+    stacked, batch = placement.stacked_sharding(mesh), placement.batch_sharding(mesh)
+    like = lambda tree, sharding: jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+    ints = jax.ShapeDtypeStruct((cfg.batch_size, width), jnp.int32, sharding=batch)
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+    args = (like(trainer.params, stacked), like(trainer.rest, stacked),
+            like(trainer.opt_state, stacked),
+            jax.ShapeDtypeStruct((total,), np.uint32, sharding=stacked),
+            jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), ints, ints, ints)
+    return member_step(trainer, mesh), args
+
+  from attention_jax.data import batching  # pylint: disable=g-import-not-at-top
+  width = int(batching.padded_length(cfg.max_length + 1))
+  shapes = dict(model=cfg.model, arm=arm.name, dim=arm.attention_dim, members=total,
+                batch=cfg.batch_size, length=width, vocab=cfg.vocab_size, dtype=cfg.dtype)
+  return MeshCase(program, case, shapes, scheme, members, data, total, build, steps=steps,
+                  runs=runs, padding=total - wanted)
+
+
+def hosts_of(devices: Sequence) -> int:
+  """How many processes (hosts) the devices belong to."""
+  return len({getattr(d, "process_index", 0) for d in devices})
+
+
+def compile_mesh_case(case: MeshCase, target: compile_targets.Target, devices: Sequence) -> dict:
+  """Compiles `case` on the first `case.num_devices` of `devices`; the row of
+  what XLA says of the per-device program, its collectives and the predicted
+  step (`predicted_s`: the per-device roofline and overheads plus the
+  collectives' time)."""
+  used = list(devices)[:case.num_devices]
+  if len(used) < case.num_devices:
+    raise ValueError(f"case {case.case!r} needs {case.num_devices} devices; target "
+                     f"{target.name} has {len(devices)}.")
+  row = {"program": case.program, "case": case.case, "shapes": case.shapes,
+         "target": target.name, "device_kind": getattr(used[0], "device_kind", None),
+         "device_memory_bytes": target.memory_bytes, "scheme": case.scheme,
+         "num_devices": case.num_devices, "mesh": {"members": case.members, "data": case.data},
+         "hosts": hosts_of(used), "members": case.num_members, "padding": case.padding,
+         "steps": case.steps, "runs": case.runs}
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
+  start = time.perf_counter()
+  mesh = placement.member_mesh(used, case.members, case.data)
+  try:
+    # The cuDNN probe compiles for one of the devices; lowering sees the
+    # mesh as its context (shard_map checks that they agree).
+    with (compile_device.backend_as(target.platform),
+          compile_device.cudnn_probe_on(compile_device.device_sharding(used[0])),
+          jax.sharding.use_abstract_mesh(mesh.abstract_mesh)):
+      fn, args = case.build(mesh)
+      lowered = fn.lower(*args)
+    compiled = lowered.compile()
+  except Exception as e:  # pylint: disable=broad-except
+    row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
+               compile_s=round(time.perf_counter() - start, 2))
+    return row
+  row.update(status="compiled", compile_s=round(time.perf_counter() - start, 2))
+  row.update(compile_device.analyse(compiled, target))
+  if row.get("flops") is None:
+    return row
+  text = compiled.as_text()
+  collectives = hlo.collectives(text, case.num_devices)
+  row["collectives"] = collectives
+  row["collective_s"] = compile_targets.collective_seconds(collectives, target)
+  row["compute_s"] = row["predicted_s"]
+  row["predicted_s"] = row["compute_s"] + row["collective_s"]
+  if case.steps:
+    row["predicted_total_s"] = case.runs * case.steps * row["predicted_s"]
+  return row
+
+
+# --- the programs -------------------------------------------------------------
+
+# The learning-rate grid of the `transformer_lr` preset (its docstring's
+# command): 7 learning rates x 3 seeds at every (layer norm, score, d_k);
+# 2 layer norms x 4 scores share each d_k's program, whose cost does not
+# depend on them (the scores differ by a scale or a norm of q and k).
+LR_GRID_RATES = 7
+LR_GRID_LAYER_NORMS = 2
+
+PROGRAMS = ("gpu_members", "gpu_members_data", "gpu_data", "lr_grid", "lr_grid_data")
+
+
+def gpu_sweep_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
+  """The `gpu` preset's step at every arm and dimension on `num_devices`:
+  `gpu_members` its E members split over gcd(E, n) devices, one member
+  group each and no data axis (with fewer members than devices, the rest
+  idle); `gpu_members_data` the members over gcd(E, n) groups and each batch
+  over the n / gcd devices of a group (`placement.mesh_shape`); `gpu_data`
+  today's data parallelism over all n."""
+  import math  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
+  cfg = config_lib.from_preset("gpu")
+  if program == "gpu_members":
+    scheme, (members, data) = "members", (math.gcd(cfg.seeds, num_devices), 1)
+  elif program == "gpu_members_data":
+    scheme = "members,data"
+    members, data = placement.mesh_shape(scheme, cfg.seeds, num_devices)
+  elif program == "gpu_data":
+    scheme, (members, data) = "data", placement.mesh_shape("data", cfg.seeds, num_devices)
+  else:
+    raise ValueError(f"`program` must be one of gpu_members, gpu_members_data, gpu_data; "
+                     f"got {program!r}.")
+  return [train_step_mesh_case(program, arm.label, cfg, arm, scheme, members, data,
+                               steps=cfg.steps) for arm in cfg.sweep()]
+
+
+def lr_grid_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
+  """The `transformer_lr` grid's step at each d_k (scaled_dot, standing for
+  every score and layer norm): `lr_grid` one program per (layer norm,
+  score, d_k) whose 7 x 3 = 21 members are every learning rate and seed,
+  split over all n devices (21 padded to a multiple of n: 24 on 8 devices,
+  32 on 16; the padding members are computed and discarded); `lr_grid_data`
+  today's way, a run of 3 seeds per learning rate, data-parallel over all n."""
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  cfg = config_lib.from_preset("transformer_lr")
+  scores = len(cfg.arms)
+  cells = [arm for arm in cfg.sweep() if arm.name == "scaled_dot"]
+  if program == "lr_grid":
+    return [train_step_mesh_case(program, f"{arm.label} (21 members)", cfg, arm, "members",
+                                 num_devices, 1, num_members=LR_GRID_RATES * cfg.seeds,
+                                 steps=cfg.steps, runs=LR_GRID_LAYER_NORMS * scores)
+            for arm in cells]
+  if program == "lr_grid_data":
+    return [train_step_mesh_case(program, f"{arm.label} (3 members)", cfg, arm, "data", 1,
+                                 num_devices, steps=cfg.steps,
+                                 runs=LR_GRID_LAYER_NORMS * scores * LR_GRID_RATES)
+            for arm in cells]
+  raise ValueError(f"`program` must be lr_grid or lr_grid_data; got {program!r}.")
+
+
+def mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
+  """The cases of one of `PROGRAMS` on `num_devices` devices."""
+  if program.startswith("gpu_"):
+    return gpu_sweep_mesh_cases(program, num_devices)
+  return lr_grid_mesh_cases(program, num_devices)
