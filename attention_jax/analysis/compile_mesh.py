@@ -62,12 +62,28 @@ class MeshCase:
 
 def pad_members(num_members: int, groups: int) -> int:
   """The least multiple of `groups` that holds `num_members`: members that do
-  not split over the groups are padded with extra members (more seeds),
-  which train as the others and are discarded, rather than leaving some
-  devices with fewer members (a program per device count)."""
+  not split over the groups are padded with extra members (more seeds or
+  values), which train as the others and are discarded, rather than leaving
+  some devices with fewer members (a program per device count)."""
   if num_members < 1 or groups < 1:
     raise ValueError(f"`num_members` ({num_members}) and `groups` ({groups}) must be >= 1.")
   return -(-num_members // groups) * groups
+
+
+def pad_grid(seeds: int, values: int, groups: int) -> tuple[int, int]:
+  """The fewest `(seeds', values')`, at least `(seeds, values)`, whose
+  product (the members of a run: every seed at every value) splits over
+  `groups` (ties: fewer seeds). 3 seeds x 7 learning rates on 8 devices:
+  3 x 8 = 24; on 16: 4 x 8 = 32."""
+  if min(seeds, values, groups) < 1:
+    raise ValueError(f"`seeds` ({seeds}), `values` ({values}) and `groups` ({groups}) "
+                     "must be >= 1.")
+  best = None
+  for s in range(seeds, seeds + groups + 1):
+    for v in range(values, values + groups + 1):
+      if (s * v) % groups == 0 and (best is None or s * v < best[0] * best[1]):
+        best = (s, v)
+  return best
 
 
 def member_step(trainer, mesh) -> Callable:
@@ -95,13 +111,14 @@ def member_step(trainer, mesh) -> Callable:
 
 
 def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members: int,
-                         data: int, num_members: int | None = None,
-                         steps: int | None = None, runs: int = 1) -> MeshCase:
-  """The training step of `cfg` at `arm` with `num_members` members (default
-  `cfg.seeds`, padded to a multiple of `members`) on a `members x data`
-  mesh, at the widest training batch."""
-  wanted = cfg.seeds if num_members is None else num_members
-  total = pad_members(wanted, members)
+                         data: int, steps: int | None = None, runs: int = 1,
+                         wanted: int | None = None) -> MeshCase:
+  """The training step of `cfg` at `arm` with its members (`cfg.seeds` x
+  the values of `cfg.members`; `wanted` of them real, the rest padding) on
+  a `members x data` mesh, at the widest training batch."""
+  total = len(cfg.run_members())
+  if total % members:
+    raise ValueError(f"{total} members do not split over `members` = {members} groups.")
   if cfg.batch_size % data:
     raise ValueError(f"batch {cfg.batch_size} does not split over `data` = {data} devices.")
 
@@ -114,8 +131,7 @@ def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members
     from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
     width = int(batching.padded_length(cfg.max_length + 1))
     trainer = train_lib.EnsembleTrainer(
-        cfg.point(arm), compile_cases.ShapeOnlyData(cfg.vocab_size, cfg.max_length),
-        tuple(range(total)))
+        cfg.point(arm), compile_cases.ShapeOnlyData(cfg.vocab_size, cfg.max_length))
     stacked, batch = placement.stacked_sharding(mesh), placement.batch_sharding(mesh)
     like = lambda tree, sharding: jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
@@ -123,16 +139,17 @@ def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     args = (like(trainer.params, stacked), like(trainer.rest, stacked),
             like(trainer.opt_state, stacked),
-            jax.ShapeDtypeStruct((total,), np.uint32, sharding=stacked),
+            jax.ShapeDtypeStruct((len(trainer.seeds),), np.uint32, sharding=stacked),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), ints, ints, ints)
     return member_step(trainer, mesh), args
 
   from attention_jax.data import batching  # pylint: disable=g-import-not-at-top
   width = int(batching.padded_length(cfg.max_length + 1))
-  shapes = dict(model=cfg.model, arm=arm.name, dim=arm.attention_dim, members=total,
-                batch=cfg.batch_size, length=width, vocab=cfg.vocab_size, dtype=cfg.dtype)
+  shapes = dict(model=cfg.model, arm=arm.name, dim=arm.attention_dim, seeds=cfg.seeds,
+                member_values=cfg.members or None, members=total, batch=cfg.batch_size,
+                length=width, vocab=cfg.vocab_size, dtype=cfg.dtype)
   return MeshCase(program, case, shapes, scheme, members, data, total, build, steps=steps,
-                  runs=runs, padding=total - wanted)
+                  runs=runs, padding=total - (total if wanted is None else wanted))
 
 
 def hosts_of(devices: Sequence) -> int:
@@ -193,7 +210,7 @@ def compile_mesh_case(case: MeshCase, target: compile_targets.Target, devices: S
 # command): 7 learning rates x 3 seeds at every (layer norm, score, d_k);
 # 2 layer norms x 4 scores share each d_k's program, whose cost does not
 # depend on them (the scores differ by a scale or a norm of q and k).
-LR_GRID_RATES = 7
+LR_GRID_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 LR_GRID_LAYER_NORMS = 2
 
 PROGRAMS = ("gpu_members", "gpu_members_data", "gpu_data", "lr_grid", "lr_grid_data")
@@ -227,23 +244,33 @@ def gpu_sweep_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
 def lr_grid_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
   """The `transformer_lr` grid's step at each d_k (scaled_dot, standing for
   every score and layer norm): `lr_grid` one program per (layer norm,
-  score, d_k) whose 7 x 3 = 21 members are every learning rate and seed,
-  split over all n devices (21 padded to a multiple of n: 24 on 8 devices,
-  32 on 16; the padding members are computed and discarded); `lr_grid_data`
-  today's way, a run of 3 seeds per learning rate, data-parallel over all n."""
+  score, d_k) whose 7 x 3 = 21 members are every learning rate
+  (`--members=learning_rate=...`, the rate in the optimiser state) at every
+  seed, split over all n devices: padded (`pad_grid`) to 3 seeds x 8 rates
+  = 24 on 8 devices and 4 x 8 = 32 on 16, the extra members computed and
+  discarded; `lr_grid_data` today's way, a run of 3 seeds per learning rate,
+  data-parallel over all n."""
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
-  cfg = config_lib.from_preset("transformer_lr")
-  scores = len(cfg.arms)
-  cells = [arm for arm in cfg.sweep() if arm.name == "scaled_dot"]
+  base = config_lib.from_preset("transformer_lr")
+  scores = len(base.arms)
+  cells = [arm for arm in base.sweep() if arm.name == "scaled_dot"]
+  wanted = len(LR_GRID_RATES) * base.seeds
   if program == "lr_grid":
-    return [train_step_mesh_case(program, f"{arm.label} (21 members)", cfg, arm, "members",
-                                 num_devices, 1, num_members=LR_GRID_RATES * cfg.seeds,
-                                 steps=cfg.steps, runs=LR_GRID_LAYER_NORMS * scores)
+    seeds, rates = pad_grid(base.seeds, len(LR_GRID_RATES), num_devices)
+    # The padding rates go on by half decades; their values change no cost.
+    values = list(LR_GRID_RATES)
+    while len(values) < rates:
+      values.append(values[-2] * 10)
+    cfg = base.replace(seeds=seeds,
+                       members="learning_rate=" + ",".join(f"{v:g}" for v in values))
+    return [train_step_mesh_case(program, f"{arm.label} ({wanted} members)", cfg, arm,
+                                 "members", num_devices, 1, steps=cfg.steps,
+                                 runs=LR_GRID_LAYER_NORMS * scores, wanted=wanted)
             for arm in cells]
   if program == "lr_grid_data":
-    return [train_step_mesh_case(program, f"{arm.label} (3 members)", cfg, arm, "data", 1,
-                                 num_devices, steps=cfg.steps,
-                                 runs=LR_GRID_LAYER_NORMS * scores * LR_GRID_RATES)
+    return [train_step_mesh_case(program, f"{arm.label} ({base.seeds} members)", base, arm,
+                                 "data", 1, num_devices, steps=base.steps,
+                                 runs=LR_GRID_LAYER_NORMS * scores * len(LR_GRID_RATES))
             for arm in cells]
   raise ValueError(f"`program` must be lr_grid or lr_grid_data; got {program!r}.")
 

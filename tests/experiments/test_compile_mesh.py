@@ -254,3 +254,15 @@ def test_the_v4_32_is_16_chips_over_4_hosts():
                         timeout=300)
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert json.loads(proc.stdout.strip().splitlines()[-1]) == [16, 4, "TPU v4"]
+
+
+def test_pad_grid_adds_the_fewest_members():
+  assert compile_mesh.pad_grid(3, 7, 8) == (3, 8)
+  assert compile_mesh.pad_grid(3, 7, 16) == (4, 8)
+  assert compile_mesh.pad_grid(4, 2, 8) == (4, 2)
+  with pytest.raises(ValueError, match="`groups`"):
+    compile_mesh.pad_grid(3, 7, 0)
+  (case, *_) = compile_mesh.mesh_cases("lr_grid", 8)
+  assert case.shapes["member_values"] == (
+      "learning_rate=1e-05,3e-05,0.0001,0.0003,0.001,0.003,0.01,0.03")
+  assert (case.shapes["seeds"], case.num_members, case.padding) == (3, 24, 3)
