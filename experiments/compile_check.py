@@ -90,8 +90,12 @@ DEFAULT_ADDITIVE_SEQ_LENS = (256, 512, 1024, 2048, 4096)
 
 # Set before jax is imported: compile for the described devices only, never
 # look for a local one (the CUDA plugin's version checks need a driver).
+# libtpu takes a lock file that lets one process on a machine use the TPUs;
+# with none to use, two compile checks (or one and its tests) may run side by
+# side (ALLOW_MULTIPLE_LIBTPU_LOAD).
 ENVIRONMENT = {"JAX_PLATFORMS": "cpu", "JAX_SKIP_CUDA_CONSTRAINTS_CHECK": "1",
-               "CUDA_VISIBLE_DEVICES": "-1", "TPU_SKIP_MDS_QUERY": "1"}
+               "CUDA_VISIBLE_DEVICES": "-1", "TPU_SKIP_MDS_QUERY": "1",
+               "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"}
 
 
 def configure_environment() -> None:
