@@ -53,14 +53,17 @@ def path_problem(main: str | None, controls: str, out: str | None) -> str | None
 
 
 def grid_problem(flag: str, path: str, cfg, learning_rates) -> str | None:
-  """Why `path` is not a workdir of the grid (no run folder of its plan);
-  None if it holds one. A swapped --main and --controls is caught here."""
+  """Why `path` is not a workdir of the grid (no run folder of its plan, as
+  a `--sweep` grid or as `--members` runs); None if it holds one. A swapped
+  --main and --controls is caught here."""
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import workdir as workdir_lib
   workdir = workdir_lib.Workdir(path)
   points = config_lib.grid(cfg, (("learning_rate", tuple(learning_rates)),))
   if any(os.path.isdir(workdir.point(p).run(arm).path)
          for p in points for arm in p.config.sweep()):
+    return None
+  if any(os.path.isdir(workdir.run(arm).path) for arm in cfg.sweep()):
     return None
   return (f"{flag}: {path!r} holds no run of the grid ({', '.join(cfg.arms)} in folders "
           f"like {points[0].name}/); is it that grid's workdir?")

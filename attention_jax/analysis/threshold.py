@@ -5,9 +5,11 @@ The rule was fixed in the preset's docstring
 the grid; it is applied here as it is written there, and not restated. The
 pieces, each a small pure function of numbers except the reading:
 
-  read_grid          a `--sweep=learning_rate=...` workdir -> `Grid`: a `Record`
-                     per (score, d_k, lr, seed) of every cell whose outcome is
-                     known, and the planned cells still missing
+  read_grid          a `--sweep=learning_rate=...` workdir (or the workdir of
+                     one `--members=learning_rate=...` run per score and d_k)
+                     -> `Grid`: a `Record` per (score, d_k, lr, seed) of every
+                     cell whose outcome is known, and the planned cells still
+                     missing
   mean_losses        L(s, d, lr): the mean over seeds (inf where a seed diverged)
   threshold          lr_opt and lr* of one (s, d) curve, with the censoring flags
   absolute_failures  the pass/fail table against L_best(d) + FAILURE_MARGIN
@@ -172,28 +174,62 @@ def _checked(run: run_folder.RunDir, cfg: config_lib.ExperimentConfig,
                      f"{cfg.steps}; it is not a run of this grid.")
 
 
-def read_grid(path: str, cfg: config_lib.ExperimentConfig,
-              learning_rates: Sequence[float]) -> Grid:
-  """The grid of `cfg` swept over `learning_rates` in the workdir `path`
-  (its layout: `workdir_lib.Workdir.point`, `Workdir.run`): the records of every
-  known cell and the cells still missing. A run folder of other settings is
-  a ValueError naming its config.json."""
+def members_config(cfg: config_lib.ExperimentConfig,
+                   learning_rates: Sequence[float]) -> config_lib.ExperimentConfig:
+  """The config of the grid of `cfg` over `learning_rates` trained as members
+  (`--members=learning_rate=...`, in that order): one run per score and d_k."""
+  return cfg.replace(members=f"{AXIS}=" + ",".join(map(repr, learning_rates)))
+
+
+def is_members_workdir(path: str) -> bool:
+  """Whether `path` holds the grid as members runs (its run folders in
+  `runs/`, `Workdir.run`) rather than a `--sweep` grid (a workdir per point)."""
+  return os.path.isdir(os.path.join(path, "runs"))
+
+
+def _cell_runs(path: str, cfg: config_lib.ExperimentConfig, learning_rates: Sequence[float]):
+  """(cell, the rows of its run's metrics log and result that are the
+  cell's) of every planned cell, the run's settings checked
+  (`_checked`); read from a `--sweep` grid or from members runs, whose rows
+  and log lines name their learning rate."""
   workdir = workdir_lib.Workdir(path)
-  points = config_lib.grid(cfg, ((AXIS, tuple(learning_rates)),))
-  records, missing = [], []
-  seeds = tuple(range(cfg.seeds))
-  for point in points:
+  if is_members_workdir(path):
+    members = members_config(cfg, learning_rates)
+    for arm in members.sweep():
+      run = workdir.run(arm)
+      _checked(run, members, arm)
+      log = MetricsLog(run.metrics, write=False).read()
+      rows = run.rows() if run.finished else []
+      for lr in learning_rates:
+        mine = lambda r, lr=lr: r.get(AXIS) == lr
+        yield (Cell(arm.name, arm.attention_dim, float(lr)), [r for r in log if mine(r)],
+               [r for r in rows if mine(r)])
+    return
+  for point in config_lib.grid(cfg, ((AXIS, tuple(learning_rates)),)):
     for arm in point.config.sweep():
       run = workdir.point(point).run(arm)
-      cell = Cell(arm.name, arm.attention_dim, float(point.values[AXIS]))
       _checked(run, point.config, arm)
-      log = MetricsLog(run.metrics, write=False).read()
-      rows = {r["seed"]: r for r in run.rows()} if run.finished else {}
-      found = [seed_record(cell, s, log, rows.get(s), cfg.steps) for s in seeds]
-      if all(r is not None for r in found):
-        records.extend(found)
-      else:
-        missing.append(cell)
+      yield (Cell(arm.name, arm.attention_dim, float(point.values[AXIS])),
+             MetricsLog(run.metrics, write=False).read(),
+             run.rows() if run.finished else [])
+
+
+def read_grid(path: str, cfg: config_lib.ExperimentConfig,
+              learning_rates: Sequence[float]) -> Grid:
+  """The grid of `cfg` over `learning_rates` in the workdir `path`: a
+  `--sweep` grid (its layout: `workdir_lib.Workdir.point`, `Workdir.run`) or
+  the grid as members runs (`is_members_workdir`): the records of every
+  known cell and the cells still missing. A run folder of other settings is
+  a ValueError naming its config.json."""
+  records, missing = [], []
+  seeds = tuple(range(cfg.seeds))
+  for cell, log, result_rows in _cell_runs(path, cfg, learning_rates):
+    rows = {r["seed"]: r for r in result_rows}
+    found = [seed_record(cell, s, log, rows.get(s), cfg.steps) for s in seeds]
+    if all(r is not None for r in found):
+      records.extend(found)
+    else:
+      missing.append(cell)
   lrs = tuple(sorted(float(x) for x in learning_rates))
   return Grid(tuple(records), tuple(missing), {a: lrs for a in cfg.arms},
               {a: tuple(sorted(cfg.dims)) for a in cfg.arms}, cfg.vocab_size, cfg.steps)
