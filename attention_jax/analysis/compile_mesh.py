@@ -26,7 +26,6 @@ number of hosts its devices span.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import time
 from typing import Callable, Sequence
 
@@ -87,27 +86,14 @@ def pad_grid(seeds: int, values: int, groups: int) -> tuple[int, int]:
 
 
 def member_step(trainer, mesh) -> Callable:
-  """The trainer's training step (`train_lib.EnsembleTrainer`'s: one
-  optimiser step of every member on one batch, parameters and optimiser
-  state donated) with its member axis placed on `mesh`. The seeds are an
-  argument, split with the members, since each device needs its own."""
-  import jax  # pylint: disable=g-import-not-at-top
+  """The trainer's own training step (`EnsembleTrainer._build_train_step`:
+  one optimiser step of every member on one batch, parameters and optimiser
+  state donated) as the trainer builds it for `mesh`. The trainer was made
+  without one (its arrays stay on this host); only its placement is told
+  the mesh, so the program is laid out on the target's devices."""
   from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import steps  # pylint: disable=g-import-not-at-top
-  run = trainer.run_config
-  step = functools.partial(steps.train_step, trainer.graphdef, trainer.tx,
-                           pad_id=trainer.tok.pad_id,
-                           label_smoothing=run.optimizer.label_smoothing,
-                           dropout=run.model.dropout > 0.0)
-
-  def member(params, rest, opt_state, seed, step_index, src, tgt_in, tgt_out):
-    key = jax.random.fold_in(jax.random.PRNGKey(seed), step_index)
-    return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
-
-  # Every output (parameters, optimiser state, losses) is stacked over the
-  # members and stays where they are, so the donated buffers are reused.
-  return jax.jit(placement.over_members_on(mesh, member, (0, 0, 0, 0, None, None, None, None)),
-                 donate_argnums=(0, 2), out_shardings=placement.stacked_sharding(mesh))
+  trainer.placement = placement.Placement(mesh)
+  return trainer._build_train_step()  # pylint: disable=protected-access
 
 
 def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members: int,
@@ -125,7 +111,6 @@ def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members
   def build(mesh):
     import jax  # pylint: disable=g-import-not-at-top
     import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-    import numpy as np  # pylint: disable=g-import-not-at-top
     from attention_jax.data import batching  # pylint: disable=g-import-not-at-top
     from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
     from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
@@ -139,7 +124,6 @@ def train_step_mesh_case(program: str, case: str, cfg, arm, scheme: str, members
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     args = (like(trainer.params, stacked), like(trainer.rest, stacked),
             like(trainer.opt_state, stacked),
-            jax.ShapeDtypeStruct((len(trainer.seeds),), np.uint32, sharding=stacked),
             jax.ShapeDtypeStruct((), jnp.int32, sharding=replicated), ints, ints, ints)
     return member_step(trainer, mesh), args
 

@@ -38,30 +38,48 @@ def global_array(x, sharding):
 
 
 class Placement:
-  """Puts batches and replicated arrays where `mesh` (None: the default
-  device) says."""
+  """Puts batches, the members' stacked arrays and replicated arrays where
+  `mesh` (None: the default device) says: a `("data",)` mesh or a
+  `(members, data)` one (`member_mesh`)."""
 
   def __init__(self, mesh: Mesh | None = None):
     self.mesh = mesh
 
   @property
   def sharded(self) -> bool:
-    """Whether batches are split over several devices."""
+    """Whether the programs run over several devices."""
     return self.mesh is not None and self.mesh.size > 1
+
+  @property
+  def data_devices(self) -> int:
+    """How many devices each batch is split over (the mesh's `data` axis)."""
+    return axis_size(self.mesh, DATA)
+
+  @property
+  def member_groups(self) -> int:
+    """How many device groups the members are split over (`members` axis)."""
+    return axis_size(self.mesh, MEMBERS)
 
   def check_divisible(self, **sizes: int) -> None:
     """A ValueError naming the first of `sizes` (batch sizes by flag name)
-    that does not split evenly over the mesh's devices."""
+    that does not split evenly over the devices of the `data` axis."""
     for name, size in sizes.items():
-      if self.sharded and size % self.mesh.size:
+      if size % self.data_devices:
         raise ValueError(f"`{name}` ({size}) must be divisible by the number of devices "
-                         f"({self.mesh.size}) for data parallelism.")
+                         f"({self.data_devices}) for data parallelism.")
+
+  def check_members(self, members: int) -> None:
+    """A ValueError where `members` do not split over the member groups."""
+    if members % self.member_groups:
+      raise ValueError(f"{members} members do not split over the mesh's {self.member_groups} "
+                       "member groups (`--mesh`): give a multiple of them (seeds x member "
+                       "values) or `--mesh=members,data`.")
 
   def put(self, *arrays) -> tuple:
-    """Batch arrays on the devices, split along their first axis when sharded."""
+    """Batch arrays on the devices, split along their first axis over `data`."""
     if not self.sharded:
       return tuple(jnp.asarray(a) for a in arrays)
-    return tuple(global_array(a, NamedSharding(self.mesh, P("data"))) for a in arrays)
+    return tuple(global_array(a, batch_sharding(self.mesh)) for a in arrays)
 
   def replicated(self, array):
     """`array` (the same in every process) as a device array beside the parameters."""
@@ -74,6 +92,21 @@ class Placement:
     if not self.sharded:
       return tree
     return jax.tree.map(lambda x: global_array(x, NamedSharding(self.mesh, P())), tree)
+
+  def stacked_sharding(self) -> NamedSharding | None:
+    """Where arrays stacked over the members live: split over the `members`
+    axis (whole on every device without one); None without a mesh."""
+    if self.mesh is None:
+      return None
+    return NamedSharding(self.mesh, P(MEMBERS) if MEMBERS in self.mesh.axis_names else P())
+
+  def stack_tree(self, tree):
+    """Every leaf of `tree`, stacked over the members on its leading axis,
+    where `stacked_sharding` says (unchanged when not sharded)."""
+    if not self.sharded:
+      return tree
+    sharding = self.stacked_sharding()
+    return jax.tree.map(lambda x: global_array(x, sharding), tree)
 
 
 def in_turn_default() -> bool:

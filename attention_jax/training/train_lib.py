@@ -67,8 +67,10 @@ class EnsembleTrainer:
   def __init__(self, run: RunConfig, data, seeds: tuple[int, ...] | None = None,
                mesh: Mesh | None = None, label: str | None = None):
     """`seeds` default to `range(run.seeds)`, each a member at every
-    combination of the member values (`run.members`); `mesh` splits batches
-    over its devices; `label` names the run in log lines (default: the arm's
+    combination of the member values (`run.members`); `mesh` places them
+    (`placement.Placement`: a `("data",)` mesh splits the batches over its
+    devices, a `(members, data)` one the members over its member groups
+    too); `label` names the run in log lines (default: the arm's
     label; a sweep adds its grid point, so that two points' runs are told
     apart)."""
     self.run_config, self.arm, self.data = run, run.arm, data
@@ -88,7 +90,8 @@ class EnsembleTrainer:
     self.placement = Placement(mesh)
     self.placement.check_divisible(batch_size=run.data.batch_size,
                                    eval_batch_size=run.evaluation.eval_batch_size)
-    params, self.rest, opt_state, best_params = self.placement.replicate_tree(
+    self.placement.check_members(len(self.seeds))
+    params, self.rest, opt_state, best_params = self.placement.stack_tree(
         (params, rest, opt_state, best_params))
     members = len(self.seeds)
     self.state = TrainState(
@@ -155,11 +158,18 @@ class EnsembleTrainer:
       key = jax.random.fold_in(jax.random.PRNGKey(seed), step_index)
       return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
 
-    def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
-      return placement_lib.over_members(member, (0, 0, 0, 0, None, None, None, None))(
-          params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
+    # With a `members` mesh axis each device steps its own members
+    # (`over_members_on`), and the outputs stay where the inputs were.
+    mesh = self.placement.mesh
+    placed = ({"out_shardings": self.placement.stacked_sharding()}
+              if self.placement.member_groups > 1 else {})
 
-    return jax.jit(step_fn, donate_argnums=(0, 2))
+    def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
+      return placement_lib.over_members_on(
+          mesh, member, (0, 0, 0, 0, None, None, None, None))(
+              params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
+
+    return jax.jit(step_fn, donate_argnums=(0, 2), **placed)
 
   def _build_diag_step(self):
     pad, ls = self.tok.pad_id, self.run_config.optimizer.label_smoothing
