@@ -23,6 +23,7 @@ import numpy as np
 from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import host_memory
 from attention_jax.training import interrupts
+from attention_jax.training import placement
 
 FLAGS = flags.FLAGS
 
@@ -53,6 +54,15 @@ def define_flags(skip: tuple[str, ...] = ()) -> None:
                       "starts jax.distributed for multi-host data parallelism.")
   flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
   flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
+  flags.DEFINE_enum("mesh", "auto", list(placement.SCHEMES),
+                    "How several devices share a run: 'members' (each device its own "
+                    "members, the batch whole on each: no communication in a step; the "
+                    "members must split over the devices), 'data' (each batch split over "
+                    "every device, every member on each: gradients all-reduced), "
+                    "'members,data' (the members over gcd(members, devices) groups, each "
+                    "batch over the devices of a group), 'auto' (members when there are at "
+                    "least as many members as devices, else members,data). Ignored on one "
+                    "device.")
 
 
 def _kind(hint) -> type:
@@ -213,12 +223,19 @@ def maybe_start_distributed() -> None:
                                FLAGS.process_id)
 
 
-def data_mesh():
-  """A 1-D 'data' mesh over every device, or None on a single device."""
+def device_mesh(cfg: config_lib.ExperimentConfig, scheme: str):
+  """The `(members, data)` mesh of every device (of every process) that
+  `scheme` (`--mesh`) gives the members of `cfg`'s runs, or None on a single
+  device. A ValueError naming the flag, before any work, where the members
+  or the batches do not split over it."""
   devices = jax.devices()
   if len(devices) == 1:
     return None
-  return jax.sharding.Mesh(np.asarray(devices), ("data",))
+  members, data = placement.mesh_shape(scheme, len(cfg.run_members()), len(devices))
+  mesh = placement.member_mesh(devices, members, data)
+  placement.Placement(mesh).check_divisible(batch_size=cfg.batch_size,
+                                            eval_batch_size=cfg.eval_batch_size)
+  return mesh
 
 
 def written(workdir: str) -> str:
@@ -249,8 +266,8 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
       print(written(FLAGS.workdir))
       return
     maybe_start_distributed()
-    table = runner.run(cfg, FLAGS.workdir, report=reports.write, mesh=data_mesh(),
-                       axes=axes)
+    table = runner.run(cfg, FLAGS.workdir, report=reports.write,
+                       mesh=device_mesh(cfg, FLAGS.mesh), axes=axes)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)
   except (ValueError, workers.RunsFailed) as e:

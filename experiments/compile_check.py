@@ -34,8 +34,10 @@ v5e-8, 8 chips on one host; tpu_v4_32: 16 v4 chips over 4 hosts), the
 programs are training steps laid out on a (members, data) device mesh by the
 library's placement (`attention_jax.analysis.compile_mesh`,
 `attention_jax.training.placement`):
-  gpu_members       the `gpu` preset's step, its 4 members split over 4
-                    devices (one each), the batch whole on each: no collective.
+  gpu_members       the `gpu` preset's step (the additive arm at each dim,
+                    standing for its 3 arms: the slowest, so an upper bound),
+                    its 4 members split over 4 devices (one each), the batch
+                    whole on each: no collective.
   gpu_members_data  the same, members x data: 4 member groups, each batch
                     split over the devices of a group.
   gpu_data          today's data parallelism: the batch split over every

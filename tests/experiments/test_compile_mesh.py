@@ -137,7 +137,10 @@ def test_mesh_cases_lay_out_the_gpu_preset_and_the_grid():
              for p in ("gpu_members", "gpu_members_data", "gpu_data")}
   assert layouts == {"gpu_members": {(4, 1, 4, 0)}, "gpu_members_data": {(4, 2, 4, 0)},
                      "gpu_data": {(1, 8, 4, 0)}}
-  assert len(compile_mesh.mesh_cases("gpu_data", 8)) == 12  # 3 arms x 4 dims
+  # The additive arm at each of the 4 dims, each standing for the 3 arms.
+  gpu = compile_mesh.mesh_cases("gpu_data", 8)
+  assert [(c.shapes["arm"], c.shapes["dim"], c.runs) for c in gpu] == [
+      ("additive", d, 3) for d in (128, 256, 512, 1024)]
   grid = compile_mesh.mesh_cases("lr_grid", 16)
   assert [c.shapes["dim"] for c in grid] == [16, 64, 256, 1024]
   # 7 rates x 3 seeds = 21 members, padded to 32 on 16 devices; each program

@@ -1,0 +1,98 @@
+"""The members split over devices (`placement.member_mesh`, `over_members_on`):
+on 8 CPU devices the trainer's numbers are the one-device run's, and its
+compiled step has no collective; the mesh each `--mesh` gives; 2 processes
+of 4 devices give the numbers of 1 process of 8."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from attention_jax.training import placement
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+EIGHT = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+
+
+@pytest.mark.parametrize("scheme, members, devices, shape", [
+    ("members", 8, 8, (8, 1)), ("members", 16, 8, (8, 1)), ("data", 8, 8, (1, 8)),
+    ("members,data", 4, 8, (4, 2)), ("members,data", 3, 8, (1, 8)),
+    ("auto", 16, 8, (8, 1)), ("auto", 4, 8, (4, 2)), ("auto", 4, 16, (4, 4)),
+    ("auto", 8, 1, (1, 1))])
+def test_mesh_shape(scheme, members, devices, shape):
+  assert placement.mesh_shape(scheme, members, devices) == shape
+
+
+@pytest.mark.parametrize("args, match", [
+    (("members", 21, 8), "`--mesh=members`: 21 members do not split over 8 devices"),
+    (("auto", 21, 8), "`--mesh=members`: 21 members"),  # members first: 21 >= 8
+    (("rows", 8, 8), "`--mesh` must be one of auto, members, data, members,data"),
+    (("members", 0, 8), "`num_members`")])
+def test_mesh_shape_names_what_does_not_fit(args, match):
+  with pytest.raises(ValueError, match=match):
+    placement.mesh_shape(*args)
+
+
+def test_member_mesh_needs_every_device_once():
+  with pytest.raises(ValueError, match=r"`members` x `data` \(4 x 4\) must equal the number of "
+                                       r"devices \(8\)"):
+    placement.member_mesh(list(range(8)), 4, 4)
+  with pytest.raises(ValueError, match="`data` must be an integer >= 1"):
+    placement.member_mesh(list(range(8)), 8, 0)
+
+
+# The smoke model, smaller, with 8 members, trained 3 steps on one device
+# and on 8 (members split one per device; members x data, 4 x 2); prints
+# what the test compares.
+_SCRIPT = textwrap.dedent("""\
+    import json
+    import jax, numpy as np
+    from attention_jax.data import input_pipeline
+    from attention_jax.sweep import config
+    from attention_jax.training import placement, train_lib
+    assert jax.device_count() == 8, jax.devices()
+    cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), seeds=8, embed_dim=16,
+                             hidden_dim=16, batch_size=16, eval_batch_size=16, dropout=0.1)
+    data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+    out = {}
+    for name, mesh in (("one", None), ("members", placement.member_mesh(jax.devices(), 8)),
+                       ("members,data", placement.member_mesh(jax.devices(), 4, 2))):
+      t = train_lib.EnsembleTrainer(cfg.point(config.Arm.of("additive", 8)), data, mesh=mesh)
+      it = t._train_batches(0)
+      batch = next(it)
+      src, tgt_in, tgt_out = t.evaluator.teacher_forced(batch)
+      text = t._train_step.lower(t.params, t.rest, t.opt_state, np.int32(0), src, tgt_in,
+                                 tgt_out).compile().as_text()
+      losses = [t.train_step(b, s) for s, b in enumerate([batch, next(it), next(it)])]
+      leaves = jax.tree.leaves(t.params)
+      out[name] = {"losses": np.stack(losses).tolist(),
+                   "params": [np.asarray(x).tolist() for x in leaves],
+                   "sharding": str(getattr(leaves[0].sharding, "spec", None)),
+                   "all_reduce": "all-reduce" in text, "all_gather": "all-gather" in text}
+    print("RESULT " + json.dumps(out))
+    """)
+
+
+@pytest.mark.slow  # 68 s of CPU (236 s wall on the 2 loaded cores), three trainers compiled
+def test_members_split_over_8_devices_give_the_one_device_numbers_and_no_collective():
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  proc = subprocess.run([sys.executable, "-c", _SCRIPT], cwd=ROOT, env={**os.environ, **EIGHT},
+                        capture_output=True, text=True, timeout=900)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+  out = __import__("json").loads(lines[-1][len("RESULT "):])
+  one, members, both = out["one"], out["members"], out["members,data"]
+  # Each device runs its own member as the one device ran it: the same
+  # numbers, to the bit, with dropout on (each member its own key).
+  assert members["losses"] == one["losses"]
+  assert members["params"] == one["params"]
+  assert members["sharding"] == "P('members',)"
+  assert not members["all_reduce"] and not members["all_gather"]
+  # Members x data sums the gradients over the 2 devices of each group: an
+  # all-reduce, and sums in another order (float32 rounding).
+  assert both["all_reduce"]
+  np.testing.assert_allclose(both["losses"], one["losses"], rtol=1e-5)
+  for a, b in zip(both["params"], one["params"]):
+    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-5)
