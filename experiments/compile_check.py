@@ -35,7 +35,8 @@ programs are training steps laid out on a (members, data) device mesh by the
 library's placement (`attention_jax.analysis.compile_mesh`,
 `attention_jax.training.placement`):
   gpu_members       the `gpu` preset's step (the additive arm at each dim,
-                    standing for its 3 arms: the slowest, so an upper bound),
+                    standing for its 3 arms: within 2% of the slowest on
+                    one H100 and one v5e),
                     its 4 members split over 4 devices (one each), the batch
                     whole on each: no collective.
   gpu_members_data  the same, members x data: 4 member groups, each batch

@@ -201,12 +201,12 @@ PROGRAMS = ("gpu_members", "gpu_members_data", "gpu_data", "lr_grid", "lr_grid_d
 
 
 # The `gpu` sweep's arm whose step is compiled at each dimension, standing
-# for all three: additive, the slowest of them at every dimension on one
-# H100 and one v5e (results/compile_check: 84-109 ms against 83-93 ms for
-# multiplicative and scaled_multiplicative on the H100), so that the sweep's
-# predicted time, 3 x the additive cells, is an upper bound. Compiling the
-# other 8 cells of three layouts on three targets would take hours of the
-# 2-core machine.
+# for all three: additive. On one H100 it is the slowest at every dimension
+# (results/compile_check: 84-109 ms against 83-93 ms for multiplicative and
+# scaled_multiplicative), on one v5e within 2% of the slowest (75-115 ms
+# against 75-117 ms), so the sweep's predicted time, 3 x the additive cells,
+# is about the sum over the arms. Compiling the other 8 cells of three
+# layouts on three targets would take hours of the 2-core machine.
 GPU_MESH_ARM = "additive"
 GPU_MESH_ARMS_STOOD_FOR = 3
 
