@@ -96,3 +96,54 @@ def test_members_split_over_8_devices_give_the_one_device_numbers_and_no_collect
   np.testing.assert_allclose(both["losses"], one["losses"], rtol=1e-5)
   for a, b in zip(both["params"], one["params"]):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=2e-5)
+
+
+_ARGS = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=20", "--seeds=8",
+         "--embed_dim=16", "--hidden_dim=16", "--eval_every=10", "--checkpoint_every=10",
+         "--diag_every=10", "--log_every=10", "--eval_examples=16", "--test_examples=16",
+         "--mesh=members"]
+
+
+def _ablation(workdir, *extra, devices):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu",
+         "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}"}
+  return subprocess.Popen(
+      [sys.executable, "-m", "experiments.ablation", *_ARGS, f"--workdir={workdir}", *extra],
+      cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+@pytest.mark.slow  # three runs of 8 members, two of them one process each
+@pytest.mark.timeout(2400)
+def test_two_processes_of_4_devices_equal_one_process_of_8_with_the_members_split(tmp_path):
+  from tests.training import test_distributed as distributed  # pylint: disable=g-import-not-at-top
+  one = _ablation(tmp_path / "one", devices=8)
+  out_one, _ = one.communicate(timeout=900)
+  assert one.returncode == 0, out_one
+  coordinator = f"localhost:{distributed._free_port()}"  # pylint: disable=protected-access
+  procs = [_ablation(tmp_path / "two", f"--coordinator_address={coordinator}",
+                     "--num_processes=2", f"--process_id={i}", devices=4) for i in range(2)]
+  outs = [p.communicate(timeout=900)[0] for p in procs]
+  assert [p.returncode for p in procs] == [0, 0], outs
+  strip = lambda rows: [{k: v for k, v in r.items() if k not in ("train_seconds", "provenance")}
+                        for r in rows]
+  rows = distributed._rows  # pylint: disable=protected-access
+  rows_one = strip(rows(tmp_path / "one" / "results.jsonl"))
+  assert len(rows_one) == 8 and all(r["test_bleu"] is not None for r in rows_one)
+  assert rows_one == strip(rows(tmp_path / "two" / "results.jsonl"))
+  metrics = os.path.join("runs", "additive_d8", "metrics.jsonl")
+  assert rows(tmp_path / "two" / metrics) == rows(tmp_path / "one" / metrics)
+  # And the same as one device: each member ran as it would alone there.
+  alone = _ablation(tmp_path / "alone", devices=1)
+  out_alone, _ = alone.communicate(timeout=900)
+  assert alone.returncode == 0, out_alone
+  assert strip(rows(tmp_path / "alone" / "results.jsonl")) == rows_one
+
+
+def test_members_that_do_not_split_are_refused_in_one_line_before_any_work(tmp_path):
+  proc = _ablation(tmp_path / "w", "--seeds=3", devices=8)
+  out, _ = proc.communicate(timeout=300)
+  assert proc.returncode == 1
+  assert out.strip().splitlines()[-1] == (
+      "error: `--mesh=members`: 3 members do not split over 8 devices; give a multiple of 8 "
+      "members (seeds x learning rates) or `--mesh=members,data`.")
+  assert not os.path.exists(tmp_path / "w" / "runs")
