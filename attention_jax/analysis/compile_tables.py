@@ -182,12 +182,15 @@ MESH_PROGRAMS = {
 
 def mesh_table(rows: Sequence[Mapping[str, Any]]) -> str:
   """Per multi-device program: its layout (scheme, devices, mesh, hosts,
-  members), per-device memory, FLOPs per device, the step's collectives and
-  their predicted time, the predicted step and the time of its runs."""
+  members), per-device memory, FLOPs per device (loop-aware, and the
+  target's own count where it gives one: libtpu's, loop bodies once), the
+  step's collectives and their predicted time, the predicted step and the
+  time of its runs."""
   lines = ["| program | case | scheme | num_devices | mesh (members × data) | hosts | members "
-           "(padding) | memory / device GB | fits | GFLOP / device / step | collectives | "
-           "collective time | predicted step | runs × steps | predicted total |",
-           "|---|---|---|---:|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
+           "(padding) | memory / device GB | fits | GFLOP / device / step | target's GFLOP "
+           "(loops once) | collectives | collective time | predicted step | runs × steps | "
+           "predicted total |",
+           "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
   for r in rows:
     if "num_devices" not in r:
       continue
@@ -196,12 +199,13 @@ def mesh_table(rows: Sequence[Mapping[str, Any]]) -> str:
               f"{mesh.get('members')} × {mesh.get('data')} | {r.get('hosts')} | "
               f"{r.get('members')} ({r.get('padding', 0)}) |")
     if r.get("status") != "compiled":
-      lines.append(f"{layout} error: {str(r.get('error', ''))[:100]} | | | | | | | |")
+      lines.append(f"{layout} error: {str(r.get('error', ''))[:100]} | | | | | | | | |")
       continue
-    flops = r.get("flops")
+    flops, own = r.get("flops"), r.get("target_flops")
     lines.append(
         f"{layout} {format_gb(r.get('total_bytes'))} | {'yes' if r.get('fits') else '**no**'} | "
         f"{'–' if flops is None else f'{flops / 1e9:,.0f}'} | "
+        f"{'–' if own is None else f'{own / 1e9:,.0f}'} | "
         f"{format_collectives(r.get('collectives'))} | {format_seconds(r.get('collective_s'))} | "
         f"{format_seconds(r.get('predicted_s'))} | "
         f"{r.get('runs', 1)} × {_count(r.get('steps'))} | "

@@ -170,7 +170,7 @@ def test_mesh_tables_name_devices_collectives_and_totals():
   ]
   table = compile_tables.mesh_table(rows).splitlines()
   assert table[2] == ("| gpu_members | additive d=128 | members | 4 | 4 × 1 | 1 | 4 (0) | 1.20 | "
-                      "yes | 275 | none | 0 µs | 30.00 ms | 1 × 6,000 | 3.0 min |")
+                      "yes | 275 | – | none | 0 µs | 30.00 ms | 1 × 6,000 | 3.0 min |")
   assert table[3].startswith("| gpu_data | additive d=128 | data | 8 | 1 × 8 | 1 | 4 (0) | 2.50 |")
   assert "| all-reduce ×3 (0.098 GB, group 8) | 1.00 ms | 40.00 ms |" in table[3]
   totals = compile_tables.mesh_totals(rows).splitlines()
