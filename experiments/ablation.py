@@ -8,6 +8,8 @@ r"""The additive-vs-multiplicative attention-dimensionality ablation (Britz et a
     python -m experiments.ablation --preset=quick --dims=1024 --workdir=runs/lr \
         --arms=additive,multiplicative,scaled_multiplicative,qk_norm \
         --sweep=learning_rate=3e-4,1e-3,3e-3      # a grid; --sweep again for more axes
+    python -m experiments.ablation --preset=transformer_smoke --workdir=runs/lr_members \
+        --members=learning_rate=1e-3,3e-3,1e-2    # the same grid's rows, one program per pair
 
 Sweeps --arms x --dims; the --seeds of each pair train together as one
 vmapped program. Re-running the same command skips finished pairs and resumes

@@ -18,6 +18,11 @@ and the workdir itself holds the pivoted reports of the whole grid:
   .lock, results.jsonl (every row with its swept values), table.md (arms
   against the first axis, one table per dim and value of any further axis),
   sweep_<axis>.png, max_logit.png, kinds.png (the Transformer's)
+
+With `--members=learning_rate=a,b` the workdir has the first layout, each
+run folder holding every member (seeds x values) of its arm and dim, and the
+grid's reports (those of `--sweep=learning_rate=a,b`) beside its attention
+heat maps; its config.json records the member list, which cannot change.
 """
 
 from __future__ import annotations

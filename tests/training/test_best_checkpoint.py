@@ -8,7 +8,7 @@ import types
 import jax.numpy as jnp
 import numpy as np
 
-from attention_jax.training import actions, state as state_lib
+from attention_jax.training import actions, run_config, state as state_lib
 from attention_jax.training.placement import Placement
 
 
@@ -38,7 +38,8 @@ def _validating(scores_and_ppl):
   validation's parameters are its index, so `best_params` names the one kept."""
   series = iter(scores_and_ppl)
   trainer = types.SimpleNamespace(
-      check_params=lambda state, log: state, placement=Placement(None), seeds=(0, 1))
+      check_params=lambda state, log: state, placement=Placement(None), seeds=(0, 1),
+      members=run_config.members((0, 1)))
   run = object.__new__(actions.RunActions)
   run.trainer, run.label, run.slowest_validation, run.log = trainer, "t", 0.0, lambda _: None
   run.evaluator = types.SimpleNamespace(validate=lambda params, ok: next(series))
