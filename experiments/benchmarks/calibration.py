@@ -316,7 +316,10 @@ def main(argv):
                 piece_minutes=FLAGS.piece_minutes, eval_every=cfg.eval_every,
                 checkpoint_every=cfg.checkpoint_every, test_sentences=test_sentences,
                 min_steps=FLAGS.min_steps, max_steps=cfg.steps)
-  settings = (f"preset {FLAGS.preset}, {cfg.seeds} seeds vmapped, dtype {cfg.dtype}, batch "
+  members = len(cfg.run_members())
+  extra_members = f" x {cfg.members}" if cfg.members else ""
+  settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
+              f"{extra_members}), dtype {cfg.dtype}, batch "
               f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
   out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured],
          "plan": result, "settings": settings}
