@@ -6,10 +6,12 @@ about 1e-3 but not the same digits (docs/reproducibility.md). So every row of
 `results.jsonl` (ablation and sweep runs, through each run's `result.json`)
 and of `benchmark.jsonl` carries, under the key `provenance`:
 
-  commit       `git rev-parse HEAD` of the source tree the package was
-               imported from; "unknown" outside a git checkout, unless the
-               environment variable ATTENTION_JAX_COMMIT names it (a copy of
-               the tree without `.git`, e.g. on a lent GPU machine)
+  commit       the environment variable ATTENTION_JAX_COMMIT where it is set
+               (a copy of the tree sent to another machine: without `.git`,
+               or with a `.git` of an older commit plus the changes since,
+               which git would call that commit, dirty); else `git rev-parse
+               HEAD` of the source tree the package was imported from;
+               "unknown" outside a git checkout
   dirty        whether tracked files differed from that commit (null: unknown)
   versions     python, jax, jaxlib, flax, optax, orbax-checkpoint (null: not
                installed)
@@ -130,9 +132,9 @@ def collect() -> dict[str, Any]:
   import jax  # pylint: disable=g-import-not-at-top
   from attention_jax import benchmarking  # pylint: disable=g-import-not-at-top
 
-  commit, dirty = git_state(_source_root())
+  commit, dirty = parse_commit(os.environ.get(COMMIT_VARIABLE, ""))
   if commit is None:
-    commit, dirty = parse_commit(os.environ.get(COMMIT_VARIABLE, ""))
+    commit, dirty = git_state(_source_root())
   backend = jax.default_backend()
   cpu = (benchmarking.cpu_model(benchmarking.read_cpuinfo())
          or platform_lib.processor() or None)

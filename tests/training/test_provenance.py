@@ -106,6 +106,16 @@ def test_outside_a_checkout_the_commit_is_unknown_or_the_environments(tmp_path, 
   assert (rec["commit"], rec["dirty"]) == ("0123abcd", True)
 
 
+def test_the_environments_commit_wins_over_the_checkouts(tmp_path, monkeypatch):
+  # A tree copied to a device machine may carry a `.git` of an older commit.
+  monkeypatch.setattr(provenance, "git_state", lambda root: ("feedface", True))
+  monkeypatch.setenv(provenance.COMMIT_VARIABLE, "0123abcd")
+  assert provenance.collect()["commit"] == "0123abcd"
+  monkeypatch.delenv(provenance.COMMIT_VARIABLE)
+  rec = provenance.collect()
+  assert (rec["commit"], rec["dirty"]) == ("feedface", True)
+
+
 def test_collect_records_the_xla_flags(monkeypatch):
   monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false")
   assert provenance.collect()["xla_flags"] == "--xla_cpu_multi_thread_eigen=false"
