@@ -125,6 +125,9 @@ def define_flags() -> None:
                       "Kernel program: sequence lengths T.")
   flags.DEFINE_bool("report_only", False, "Rewrite <out>/<target>.md from its jsonl; compile "
                     "nothing.")
+  flags.DEFINE_bool("resume", False, "Keep the rows of <out>/<target>.jsonl and compile only "
+                    "the chosen cases it has no compiled row of (a run stopped part-way goes "
+                    "on; other programs are added beside the rows already there).")
   flags.DEFINE_string("additive_seq_lens", ",".join(map(str, DEFAULT_ADDITIVE_SEQ_LENS)),
                       "Additive program: sequence lengths T.")
   flags.DEFINE_string("additive_impls", "chunked,naive",
@@ -140,6 +143,7 @@ class Options:
   kernel_seq_lens: tuple[int, ...]
   additive_seq_lens: tuple[int, ...]
   additive_impls: tuple[str, ...] = ("chunked", "naive")
+  resume: bool = False
 
 
 def _int_list(name: str, raw: str) -> tuple[int, ...]:
@@ -157,7 +161,7 @@ def _int_list(name: str, raw: str) -> tuple[int, ...]:
 
 def parse_options(target: str | None, programs: str | None, out: str | None,
                   kernel_seq_lens: str, additive_seq_lens: str,
-                  additive_impls: str = "chunked,naive") -> Options:
+                  additive_impls: str = "chunked,naive", resume: bool = False) -> Options:
   """The flags' values checked; a ValueError names the first bad flag."""
   from attention_jax.analysis import compile_targets  # pylint: disable=g-import-not-at-top
   targets = compile_targets.TARGETS
@@ -188,7 +192,7 @@ def parse_options(target: str | None, programs: str | None, out: str | None,
                      f"got {additive_impls!r}.")
   return Options(targets[target], tuple(dict.fromkeys(chosen)), out,
                  _int_list("kernel_seq_lens", kernel_seq_lens),
-                 _int_list("additive_seq_lens", additive_seq_lens), impls)
+                 _int_list("additive_seq_lens", additive_seq_lens), impls, bool(resume))
 
 
 def cases_for(options: Options) -> list:
@@ -210,22 +214,58 @@ def cases_for(options: Options) -> list:
   return cases
 
 
+def kept_rows(out: str, target_name: str) -> list[dict]:
+  """The rows of `<out>/<target_name>.jsonl` (none if it is missing); a
+  ValueError naming `--resume` where a line is not a JSON row of that target."""
+  import json  # pylint: disable=g-import-not-at-top
+  path = os.path.join(out, target_name + ".jsonl")
+  if not os.path.exists(path):
+    return []
+  rows = []
+  with open(path, encoding="utf-8") as f:
+    for number, line in enumerate(f, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line)
+      except json.JSONDecodeError:
+        raise ValueError(f"`--resume`: {path} line {number} is not JSON.") from None
+      if not isinstance(row, dict) or row.get("target") != target_name:
+        raise ValueError(f"`--resume`: {path} line {number} is not a row of {target_name}.")
+      rows.append(row)
+  return rows
+
+
+def to_compile(cases: list, rows: list[dict]) -> tuple[list, list[dict]]:
+  """`(cases without a compiled row in rows, rows kept)`: a case is known by
+  its (program, case); its failed rows are dropped, to be compiled again."""
+  done = {(r["program"], r["case"]) for r in rows if r.get("status") == "compiled"}
+  todo = [c for c in cases if (c.program, c.case) not in done]
+  again = {(c.program, c.case) for c in todo}
+  return todo, [r for r in rows if (r["program"], r["case"]) not in again]
+
+
 def run(options: Options, command: str, log: Callable[[str], None] = print) -> list[dict]:
-  """Compiles every case of `options`; writes `<out>/<target>.jsonl` and `.md`
+  """Compiles every case of `options` (with `resume`, those the jsonl has no
+  compiled row of, beside its rows); writes `<out>/<target>.jsonl` and `.md`
   (rewritten after each case, so a killed run keeps what it compiled)."""
   # pylint: disable=g-import-not-at-top
   from attention_jax.analysis import compile_device
   from attention_jax.analysis import compile_mesh
   from attention_jax.analysis import compile_tables
   # pylint: enable=g-import-not-at-top
-  os.makedirs(options.out, exist_ok=True)
   target = options.target
+  kept = kept_rows(options.out, target.name) if options.resume else []  # before any work
+  os.makedirs(options.out, exist_ok=True)
   provenance = compile_device.row_provenance(command)
   devices = compile_device.target_devices(target)
   log(f"target {target.name}: {len(devices)} x {devices[0].device_kind} on "
       f"{compile_mesh.hosts_of(devices)} host(s); versions {provenance['versions']}")
-  rows = []
-  for case in cases_for(options):
+  cases, rows = cases_for(options), []
+  if options.resume:
+    cases, rows = to_compile(cases, kept)
+    log(f"resume: {len(rows)} row(s) kept, {len(cases)} case(s) to compile")
+  for case in cases:
     compiled = (compile_mesh.compile_mesh_case(case, target, devices)
                 if isinstance(case, compile_mesh.MeshCase)
                 else compile_device.compile_case(case, target, devices[0]))
@@ -245,7 +285,7 @@ def main(argv):
   from attention_jax.analysis import compile_tables  # pylint: disable=g-import-not-at-top
   try:
     options = parse_options(FLAGS.target, FLAGS.programs, FLAGS.out, FLAGS.kernel_seq_lens,
-                            FLAGS.additive_seq_lens, FLAGS.additive_impls)
+                            FLAGS.additive_seq_lens, FLAGS.additive_impls, FLAGS.resume)
   except ValueError as e:
     sys.exit(f"error: {e}")
   if FLAGS.report_only:
@@ -257,6 +297,8 @@ def main(argv):
     return
   try:
     run(options, command="python -m experiments.compile_check " + " ".join(argv_given()))
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   except (ImportError, RuntimeError) as e:
     sys.exit(f"error: {type(e).__name__}: {e} (is this the AOT environment? "
              "bash scripts/aot_env.sh)")

@@ -228,6 +228,29 @@ def test_parse_options_keeps_order_without_repeats():
   assert options.target.platform == "tpu" and options.kernel_seq_lens == (512, 1024)
 
 
+def test_resume_compiles_only_the_cases_without_a_compiled_row(tmp_path):
+  import types  # pylint: disable=g-import-not-at-top
+  case = lambda program, name: types.SimpleNamespace(program=program, case=name)
+  rows = [{"target": "h100x8", "program": "gpu_members", "case": "d=128", "status": "compiled"},
+          {"target": "h100x8", "program": "gpu_members", "case": "d=256", "status": "error"},
+          {"target": "h100x8", "program": "lr_grid", "case": "d_k=16", "status": "compiled"}]
+  (tmp_path / "h100x8.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+  kept = cc.kept_rows(str(tmp_path), "h100x8")
+  assert kept == rows and cc.kept_rows(str(tmp_path), "tpu_v5e_8") == []
+  cases = [case("gpu_members", "d=128"), case("gpu_members", "d=256"), case("gpu_data", "d=128")]
+  todo, left = cc.to_compile(cases, kept)
+  # The compiled case is skipped, the failed one compiled again (its row
+  # dropped), a new program's case compiled; another program's rows stay.
+  assert [(c.program, c.case) for c in todo] == [("gpu_members", "d=256"), ("gpu_data", "d=128")]
+  assert left == [rows[0], rows[2]]
+
+
+def test_resume_refuses_a_jsonl_of_another_target_naming_the_flag(tmp_path):
+  (tmp_path / "h100x8.jsonl").write_text(json.dumps({"target": "h100", "program": "x"}) + "\n")
+  with pytest.raises(ValueError, match="`--resume`.*line 1 is not a row of h100x8"):
+    cc.kept_rows(str(tmp_path), "h100x8")
+
+
 def test_importing_it_defines_no_flags():
   # Other drivers define `--out`, `--additive_seq_lens`, `--report_only`;
   # importing them beside it (as the test suite does) must not clash.
