@@ -389,7 +389,7 @@ def measure(cfg, arm: str, dim: int, seeds: int, data, n_batches: int) -> dict:
                  if isinstance(trainer.model_config, models.TransformerConfig)
                  else hlo_profile.part_of)
     parts = hlo_profile.breakdown(xspace, traced_hlo, n, traced_times.total_s / n, attribute)
-  return {"kind": "step", "preset": FLAGS.preset, "model": run.model.name, "arm": arm,
+  return {"kind": "step", "preset": FLAGS.preset, "model": run.family, "arm": arm,
           "dim": dim, "seeds": seeds,
           "profile": parts,
           "batches": n, "batch_size": int(src.shape[0]), "length": int(src.shape[1]),

@@ -14,7 +14,7 @@ hence the scores are divided by √d_k. This command checks the premise and the
 consequence on the models of this repository, as they are built, on real
 training batches, without a single training step.
 
-Models (built by the sweep point's model config, `cfg.point(arm).model.build`,
+Models (built by the sweep point's model config, `cfg.point(arm).build_model`,
 and initialised as the trainer does, `Model(config, rngs=nnx.Rngs(--seed))`):
   transformer  d_model 128, 2 heads, d_ff 512, 2 encoder + 2 decoder layers
                (flags), post-LN, per-head query/key size d_k = the swept dim;
@@ -199,7 +199,7 @@ def build_model(settings: Settings, model: str, score: str, dim: int, data) -> n
   """The model as the trainer initialises it (one seed, `settings.seed`)."""
   cfg = experiment_config(settings, model)
   arm = config_lib.Arm.of(score, dim)
-  model_cls, model_config = cfg.point(arm).model.build(arm, data)
+  model_cls, model_config = cfg.point(arm).build_model(data)
   return model_cls(model_config, rngs=nnx.Rngs(settings.seed))
 
 

@@ -20,8 +20,10 @@ nothing in `training` or `sweep` imports from here (a sweep's driver hands
   compile_targets   accelerators to compile for on a CPU host, and the roofline prediction
   compile_cases     the compile check's programs (training steps, kernels, additive)
   compile_device    compiling one for a described device: memory, FLOPs, predicted time
+  compile_mesh      training steps compiled for several devices, and their collectives
   compile_tables    the compile check's Markdown report
   hlo               HLO text: loops, trip counts, the loop-aware cost of a program
+  thunks            a GPU program's kernel launches, from XLA:GPU's thunk sequence
   hlo_profile       where a traced XLA:CPU step's time goes, by part of the model
   init_logits_probes  the attention modules' queries, keys and logits at step 0
   init_logits_tables  their log-log fits, table and figure against d_k

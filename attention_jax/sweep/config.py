@@ -4,7 +4,11 @@
 the absl drivers in `experiments/` expose each field as a flag of the same
 name, start from a preset, and let explicitly given flags override it.
 `ExperimentConfig.point(arm)` groups the fields of one sweep point by concern
-(`run_config.RunConfig`, with a config per model family) for the trainer.
+(`run_config.RunConfig`) for the trainer; its model config is the model
+family's own (`models.Seq2SeqConfig`, `models.TransformerConfig`), made from
+the flags in one step (`ExperimentConfig.model_config`), which also checks
+them: a model setting is validated by its model config alone, and its error
+names the flag.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ import math
 import typing
 from typing import Any
 
+import jax.numpy as jnp
+
+from attention_jax import models
 from attention_jax import registry
 from attention_jax.data import input_pipeline
 from attention_jax.sweep import presets
@@ -144,10 +151,11 @@ class ExperimentConfig:
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)
     _choices("model", self.model, MODELS)
+    # The flags' own spellings; every other model setting is checked by the
+    # model config it makes (`model_config`, at the end).
     _choices("dtype", self.dtype, DTYPES)
-    _choices("schedule", self.schedule, SCHEDULES)
-    _choices("cell", self.cell, ("gru", "lstm"))
     _choices("layer_norm", self.layer_norm, ("post", "pre"))
+    _choices("schedule", self.schedule, SCHEDULES)
     _choices("dataset", self.dataset, input_pipeline.NAMES)
     if not self.arms:
       raise ValueError("`arms` must name at least one arm.")
@@ -155,9 +163,7 @@ class ExperimentConfig:
       raise ValueError(f"`dims` must be positive integers, got {self.dims!r}.")
     if len(set(self.arms)) != len(self.arms) or len(set(self.dims)) != len(self.dims):
       raise ValueError(f"`arms` and `dims` must not repeat values: {self.arms!r}, {self.dims!r}.")
-    for name in ("seeds", "embed_dim", "hidden_dim", "encoder_layers", "decoder_layers",
-                 "num_heads", "ff_dim", "vocab_size", "max_length", "batch_size",
-                 "eval_batch_size", "steps",
+    for name in ("seeds", "vocab_size", "max_length", "batch_size", "eval_batch_size", "steps",
                  "beam_size", "eval_every", "diag_every", "checkpoint_every", "log_every",
                  "workers"):
       if int(getattr(self, name)) <= 0:
@@ -166,11 +172,9 @@ class ExperimentConfig:
                  "max_minutes", "eval_memory_gb", "additive_max_dim"):
       if getattr(self, name) < 0:
         raise ValueError(f"`{name}` must be >= 0, got {getattr(self, name)!r}.")
-    if not 0.0 <= self.dropout < 1.0:
-      raise ValueError(f"`dropout` must be in [0, 1), got {self.dropout!r}.")
     if not 0.0 <= self.label_smoothing < 1.0:
       raise ValueError(f"`label_smoothing` must be in [0, 1), got {self.label_smoothing!r}.")
-    for name in ("learning_rate", "clip_norm", "length_penalty", "max_minutes", "dropout",
+    for name in ("learning_rate", "clip_norm", "length_penalty", "max_minutes",
                  "label_smoothing", "adam_b2", "eval_memory_gb"):
       if not math.isfinite(getattr(self, name)):
         raise ValueError(f"`{name}` must be a finite number, got {getattr(self, name)!r}.")
@@ -187,9 +191,6 @@ class ExperimentConfig:
       raise ValueError(f"`adam_b2` must be in [0, 1), got {self.adam_b2!r}.")
     if self.clip_norm <= 0:
       raise ValueError(f"`clip_norm` must be > 0, got {self.clip_norm!r}.")
-    if self.model == "transformer" and self.hidden_dim % self.num_heads:
-      raise ValueError(f"`hidden_dim` ({self.hidden_dim}) must be divisible by "
-                       f"`num_heads` ({self.num_heads}) for the Transformer.")
     # One arm has nothing to be compared with: a preset's baseline does not
     # stand in the way of a single run (`experiments.train --arm=dot`).
     if self.baseline and len(self.arms) > 1 and self.baseline not in self.arms:
@@ -203,6 +204,10 @@ class ExperimentConfig:
       raise ValueError(f"arms {registry.NO_ATTENTION_ARMS} exist only for `model=rnn`.")
     if self.members:
       self._take_members()
+    # The model settings, checked once: by the model config of every arm and dim.
+    for arm in self.arms:
+      for dim in self.dims:
+        self.model_config(Arm.of(arm, dim))
 
   def _take_members(self) -> None:
     """Checks `members` (`parse_members`; every value must make a valid run,
@@ -238,20 +243,48 @@ class ExperimentConfig:
     """Whether the sweep trains `arm` at `dim`."""
     return not (arm == "additive" and self.additive_max_dim and dim > self.additive_max_dim)
 
+  def model_config(self, arm: Arm) -> run_config.ModelConfig:
+    """The model config of `arm` in the family `model`, the family's own
+    (`models.Seq2SeqConfig`, `models.TransformerConfig`), made from the flags
+    here and nowhere else. Where a model field has another name than its flag
+    (`MODEL_FIELDS`) it is set from the flag here, and the model config's own
+    checks, the only ones of these settings, are reported naming the flag
+    (`_flag_error`).
+
+    The longest trained sequence, `max_length` + 1 (+ <eos>), is the length
+    a `needs_length` score (qk_norm) takes its initial values from; the
+    vocabulary (the flag's size until then) and the lengths the data sizes
+    are set when the model is built for its data (`run_config.for_data`).
+    An RNN decoder without attention keeps the model's default score and
+    dimension, which it does not use."""
+    shared = dict(vocab_size=self.vocab_size, encoder_layers=self.encoder_layers,
+                  dropout=self.dropout, dtype=_DTYPE_OF[self.dtype],
+                  param_dtype=jnp.float32)
+    trained_length = self.max_length + 1
+    try:
+      if self.model == "rnn":
+        attention = dict(decoder=arm.decoder)
+        if arm.has_attention:
+          attention.update(score=arm.score, attention_dim=arm.attention_dim)
+          if registry.get(arm.score).needs_length:
+            attention["max_source_length"] = trained_length
+        return models.Seq2SeqConfig(
+            embed_dim=self.embed_dim, hidden_dim=self.hidden_dim, bidirectional=True,
+            decoder_layers=self.decoder_layers, cell=self.cell, **attention, **shared)
+      return models.TransformerConfig(
+          num_layers=self.decoder_layers, d_model=self.hidden_dim, num_heads=self.num_heads,
+          d_ff=self.ff_dim, score=arm.score, attention_dim=arm.attention_dim,
+          pre_layer_norm=self.layer_norm == "pre", max_length=trained_length, **shared)
+    except ValueError as e:
+      raise _flag_error(self.model, arm, e) from None
+
   def point(self, arm: Arm) -> run_config.RunConfig:
     """The settings of the sweep point `arm`, grouped by concern: what the
-    trainer receives. Each concern takes the flat fields of its own names;
-    the RNN's `trained_length` is `max_length` + 1 (+ <eos>), the
-    Transformer's `d_model` the `hidden_dim` flag."""
-    take = lambda kind, **extra: kind(**{f.name: getattr(self, f.name)
-                                         for f in dataclasses.fields(kind)
-                                         if f.name not in extra}, **extra)
-    if self.model == "rnn":
-      model = take(run_config.RnnConfig, trained_length=self.max_length + 1)
-    else:
-      model = take(run_config.TransformerConfig, d_model=self.hidden_dim)
+    trainer receives. The model is the family's own config (`model_config`);
+    each other concern takes the flat fields of its own names."""
+    take = lambda kind: kind(**{f.name: getattr(self, f.name) for f in dataclasses.fields(kind)})
     return run_config.RunConfig(
-        arm=arm, model=model, data=take(run_config.DataConfig),
+        arm=arm, model=self.model_config(arm), data=take(run_config.DataConfig),
         optimizer=take(run_config.OptimizerConfig), evaluation=take(run_config.EvalConfig),
         periods=take(run_config.Periods), seeds=self.seeds, workers=self.workers,
         member_axes=self.member_axes())
@@ -261,6 +294,27 @@ class ExperimentConfig:
 
   def to_dict(self) -> dict[str, Any]:
     return dataclasses.asdict(self)
+
+
+# The flags whose model-config field has another name, by family: the one
+# place they are renamed (`ExperimentConfig.model_config`); every other model
+# field the flags set has its flag's name.
+MODEL_FIELDS = {
+    "rnn": {},
+    "transformer": {"d_model": "hidden_dim", "num_layers": "decoder_layers", "d_ff": "ff_dim",
+                    "pre_layer_norm": "layer_norm"},
+}
+_DTYPE_OF = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def _flag_error(model: str, arm: Arm, error: ValueError) -> ValueError:
+  """The model config's refusal `error` as one line naming the flags: each
+  model field it names in backticks is written as its flag (`MODEL_FIELDS`),
+  and the arm it was building is named."""
+  message = str(error)
+  for field, flag in MODEL_FIELDS[model].items():
+    message = message.replace(f"`{field}`", f"`{flag}`")
+  return ValueError(f"--model={model}, arm {arm.label}: {message}")
 
 
 def check_family(model: str, given) -> None:

@@ -294,7 +294,7 @@ class RunActions:
     arm = self.run.arm
     return {
         "arm": arm.name, "dim": arm.attention_dim, **self.trainer.members[e].keys,
-        "model": self.run.model.name, "dataset": self.run.data.dataset,
+        "model": self.run.family, "dataset": self.run.data.dataset,
         "params": self.trainer.num_params, "steps": state.step,
         "train_seconds": round(state.train_seconds, 2),
         "val_bleu": round(float(state.best_bleu[e]), 4) if ok else None,

@@ -118,7 +118,7 @@ def state_bytes(run: RunConfig, data) -> tuple[int, int]:
   value). From `jax.eval_shape` of the model's
   construction: nothing is allocated, so an absurd size is measured, not
   attempted. Activations and evaluation come on top."""
-  model_cls, model_config = run.model.build(run.arm, data)
+  model_cls, model_config = run.build_model(data)
   abstract = nnx.eval_shape(lambda: model_cls(model_config, rngs=nnx.Rngs(0)))
   leaves = jax.tree.leaves(nnx.state(abstract, nnx.Param))
   count = sum(int(np.prod(x.shape, dtype=np.int64)) for x in leaves)
@@ -144,7 +144,7 @@ def step_bytes(run: RunConfig, data) -> int:
   shortest = int(np.maximum(sources.lengths, targets.lengths).min(initial=1))
   width = int(batching.padded_length(shortest + 1))
   model = run.model
-  encoder = 2 * model.hidden_dim if model.name == "rnn" else model.d_model
+  encoder = model.encoder_dim if run.family == "rnn" else model.d_model
   per_position = int(data.tokenizer.vocab_size) + encoder
   return 4 * run.num_members * run.data.batch_size * width * per_position
 

@@ -1,4 +1,4 @@
-"""The settings of one run, grouped by concern, and the models they build.
+"""The settings of one run, grouped by concern, and the model they build.
 
 A run is one (arm, dim) point of a sweep (`Arm`), all its seeds. The sweep's
 flat config (`attention_jax.sweep.config.ExperimentConfig`, the surface of
@@ -7,19 +7,21 @@ the flags) derives the `RunConfig` of each of its points
 that one run needs nothing of the sweep::
 
     run = cfg.point(run_config.Arm.of("additive", 8))
-    model_cls, model_config = run.model.build(run.arm, data)
+    model_cls, model_config = run.build_model(data)
     tx = run.optimizer.make()
 
-Each model family has its own config (`RnnConfig`, `TransformerConfig`, the
-latter naming its width `d_model` where the flag says `--hidden_dim`), able to
-build its model for an arm and a dataset's vocabulary.
+The model's config is its family's own (`models.Seq2SeqConfig`,
+`models.TransformerConfig`), made from the flags in one step
+(`ExperimentConfig.model_config`); building the model completes it with
+what the data sets (`for_data`: the vocabulary, and the lengths sized by the
+data).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import Any, ClassVar, Mapping, Sequence, Union
+from typing import Any, Mapping, Sequence, Union
 
 import jax.numpy as jnp
 import numpy as np
@@ -65,80 +67,41 @@ class Arm:
     return f"{self.name} d={self.attention_dim}"
 
 
-def _special(data, dropout: float, dtype: str) -> dict:
-  """The model-config fields every family takes from the vocabulary and precision."""
+# A run's model config is the model family's own (`models.Seq2SeqConfig`,
+# `models.TransformerConfig`), made from the flags in one place
+# (`sweep.config.ExperimentConfig.model_config`). What only the data knows is
+# set when the model is built (`RunConfig.build_model`): the vocabulary and
+# its special tokens, and the lengths sized by the data's longest sentences.
+ModelConfig = Union[models.Seq2SeqConfig, models.TransformerConfig]
+
+# How result rows and logs name a model family, by its config's type.
+FAMILIES = {models.Seq2SeqConfig: "rnn", models.TransformerConfig: "transformer"}
+MODELS = {models.Seq2SeqConfig: models.Seq2Seq, models.TransformerConfig: models.Transformer}
+
+
+def family(model: ModelConfig) -> str:
+  """'rnn' or 'transformer': the `--model` value that makes `model`."""
+  return FAMILIES[type(model)]
+
+
+def for_data(model: ModelConfig, data) -> tuple[type, ModelConfig]:
+  """(model class, `model` completed for `data`): the tokenizer's vocabulary
+  size and special tokens, and the lengths the data sizes. The Transformer's
+  position table must hold every split (`transformer_positions`); an RNN
+  score with one parameter per source position (`per_position`, e.g.
+  `location`) is built for the widest batch of `data` (`batch_width`):
+  evaluation is not length-filtered, and sized by the training limit it
+  failed at the first validation. Any other length (a `needs_length`
+  score's, such as qk_norm's, in the RNN) is the trained one, set from the
+  flags."""
   tok = data.tokenizer
-  return dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, eos_id=tok.eos_id,
-              sos_id=tok.sos_id, dtype=jnp.bfloat16 if dtype == "bfloat16" else jnp.float32,
-              param_dtype=jnp.float32, dropout=dropout)
-
-
-@dataclasses.dataclass(frozen=True)
-class RnnConfig:
-  """The RNN Seq2Seq: a bidirectional encoder and a Luong-style decoder.
-
-  `trained_length` is the longest training sequence with its <eos>
-  (`--max_length` + 1): the length a `needs_length` score (qk_norm) takes its
-  initial gain from, the length its runs were made with.
-  """
-  name: ClassVar[str] = "rnn"
-  cell: str
-  embed_dim: int
-  hidden_dim: int
-  encoder_layers: int
-  decoder_layers: int
-  dropout: float
-  dtype: str
-  trained_length: int
-
-  def build(self, arm: Arm, data) -> tuple[type, models.Seq2SeqConfig]:
-    """(model class, model config) for `arm` on `data`'s vocabulary. A score
-    with one parameter per source position (`per_position`, e.g. `location`)
-    is built for the widest batch of `data` (`batch_width`): evaluation is not
-    length-filtered, and sized by the training limit it failed at the first
-    validation."""
-    attention = dict(decoder=arm.decoder)
-    if arm.has_attention:
-      attention.update(score=arm.score, attention_dim=arm.attention_dim)
-      spec = registry.get(arm.score)
-      if spec.per_position:
-        attention["max_source_length"] = batch_width(data)
-      elif spec.needs_length:
-        attention["max_source_length"] = self.trained_length
-    return models.Seq2Seq, models.Seq2SeqConfig(
-        embed_dim=self.embed_dim, hidden_dim=self.hidden_dim,
-        encoder_layers=self.encoder_layers, bidirectional=True,
-        decoder_layers=self.decoder_layers, cell=self.cell, **attention,
-        **_special(data, self.dropout, self.dtype))
-
-
-@dataclasses.dataclass(frozen=True)
-class TransformerConfig:
-  """The Transformer: `encoder_layers` and `decoder_layers` of width `d_model`
-  (the `--hidden_dim` flag), `num_heads` heads, a `ff_dim` feed-forward layer,
-  LayerNorm `layer_norm` ('post' or 'pre') each sub-layer."""
-  name: ClassVar[str] = "transformer"
-  d_model: int
-  num_heads: int
-  ff_dim: int
-  encoder_layers: int
-  decoder_layers: int
-  dropout: float
-  layer_norm: str
-  dtype: str
-
-  def build(self, arm: Arm, data) -> tuple[type, models.TransformerConfig]:
-    """(model class, model config) for `arm` (its score and per-head d_k) on
-    `data`'s vocabulary, with a position table long enough for every split
-    (`transformer_positions`)."""
-    return models.Transformer, models.TransformerConfig(
-        num_layers=self.decoder_layers, encoder_layers=self.encoder_layers,
-        d_model=self.d_model, num_heads=self.num_heads, d_ff=self.ff_dim, score=arm.score,
-        attention_dim=arm.attention_dim, pre_layer_norm=self.layer_norm == "pre",
-        max_length=transformer_positions(data), **_special(data, self.dropout, self.dtype))
-
-
-ModelConfig = Union[RnnConfig, TransformerConfig]
+  fields = dict(vocab_size=tok.vocab_size, pad_id=tok.pad_id, eos_id=tok.eos_id,
+                sos_id=tok.sos_id)
+  if isinstance(model, models.TransformerConfig):
+    fields["max_length"] = transformer_positions(data)
+  elif model.has_attention and registry.get(model.score).per_position:
+    fields["max_source_length"] = batch_width(data)
+  return MODELS[type(model)], dataclasses.replace(model, **fields)
 
 
 def transformer_positions(data) -> int:
@@ -341,9 +304,10 @@ def member_values(opt_state, fields: Sequence[str]) -> dict[str, np.ndarray]:
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """Everything one (arm, dim) point of a sweep is trained and evaluated
-  with: `seeds` members of `model` with attention `arm` at each combination
-  of the `member_axes` values (`members`); `workers` processes share the
-  machine's memory."""
+  with: `seeds` members of `model` (the family's model config, with attention
+  `arm`; `build_model` completes it for the data) at each combination of the
+  `member_axes` values (`members`); `workers` processes share the machine's
+  memory."""
   arm: Arm
   model: ModelConfig
   data: DataConfig
@@ -354,6 +318,15 @@ class RunConfig:
   workers: int
   # (field, values) of each member field (`MEMBER_FIELDS`): the `--members` flag.
   member_axes: MemberAxes = ()
+
+  @property
+  def family(self) -> str:
+    """'rnn' or 'transformer' (`family`)."""
+    return family(self.model)
+
+  def build_model(self, data) -> tuple[type, ModelConfig]:
+    """(model class, model config) of this run on `data` (`for_data`)."""
+    return for_data(self.model, data)
 
   def members(self, seeds: Sequence[int] | None = None) -> tuple[Member, ...]:
     """Every member: each of `seeds` (default `range(self.seeds)`) at every

@@ -78,7 +78,7 @@ class EnsembleTrainer:
     self.members = run.members(None if seeds is None else tuple(int(s) for s in seeds))
     self.seeds = tuple(m.seed for m in self.members)  # [E]: a seed repeats across values
     self.tok = data.tokenizer
-    self.model_cls, self.model_config = run.model.build(run.arm, data)
+    self.model_cls, self.model_config = run.build_model(data)
     self.graphdef, state = models.create_ensemble(self.model_cls, self.model_config, self.seeds)
     params, rest = state.split(nnx.Param, ...)
     self.num_params = models.count_params(jax.tree.map(lambda x: x[0], params))
@@ -175,7 +175,7 @@ class EnsembleTrainer:
     pad, ls = self.tok.pad_id, self.run_config.optimizer.label_smoothing
 
     # The Transformer also reports every statistic per layer and kind.
-    per_layer = dict(return_attention=True) if self.run_config.model.name == "transformer" else {}
+    per_layer = dict(return_attention=True) if self.run_config.family == "transformer" else {}
     logged = registry.get(self.arm.score).logged_params if self.arm.has_attention else {}
 
     def member(params, rest, src, tgt_in, tgt_out):

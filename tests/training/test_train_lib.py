@@ -10,6 +10,7 @@ import jax
 import numpy as np
 import pytest
 
+from attention_jax import models
 from attention_jax.analysis import significance, tables
 from attention_jax.data import input_pipeline
 from attention_jax.sweep import config
@@ -234,9 +235,9 @@ def test_the_transformer_config_honours_both_depths_and_fits_every_split():
              hidden_dim=16, num_heads=2)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   arm = config.Arm.of("scaled_dot", 8)
-  model = cfg.point(arm).model
-  assert isinstance(model, run_config.TransformerConfig) and model.d_model == 16
-  cls, model_config = model.build(arm, data)
+  run = cfg.point(arm)
+  assert isinstance(run.model, models.TransformerConfig) and run.model.d_model == 16
+  cls, model_config = run.build_model(data)
   assert (model_config.num_encoder_layers, model_config.num_layers) == (1, 2)
   assert model_config.head_dim == 8
   longest = max(int(data.token_ids(s)[0].lengths.max()) for s in ("train", "validation", "test"))
