@@ -129,13 +129,56 @@ class Seq2SeqConfig:
     return cls(vocab_size=vocab_size, **overrides)
 
 
+def hoists_input_projections() -> bool:
+  """Whether the GRU cells' input projections run outside the scans: every
+  step's `x_t W_i + b_i` as one product over the whole sequence before the
+  loop (and its weight gradient as one product after the backward loop),
+  leaving the recurrent product `h W_h` inside.
+
+  Why on accelerators: there a scan step's small kernels each cost a launch.
+  Measured on one H200, the `gpu` step took 23.3 ms with XLA's command buffers
+  and 38.0 ms without, about 2 µs per launch saved
+  (results/gpu_h200/2026-11-27); an H100 compile of the same step makes 7.8k
+  launches, most of them inside the loops (results/compile_check/launches).
+  Why not on CPUs: the committed CPU results were made with the per-step form,
+  and the two forms agree only to float rounding; the CPU keeps its programs
+  (and its numbers). The compile check answers for its target
+  (`analysis/compile_device.py` makes `jax.default_backend()` say so)."""
+  return jax.default_backend() != "cpu"
+
+
+def _gru_update(cell: nnx.GRUCell, h, x_projected):
+  """`nnx.GRUCell`'s update of `h [B, h]` from its input projection already
+  made, `x_projected = cell.dense_i(x) [B, 3h]`: the cell's own equations
+  (gates r, z, candidate n) with its own parameters, split where the
+  projection is. Returns `(new h, new h)` as the cell does."""
+  xi_r, xi_z, xi_n = jnp.split(x_projected, 3, axis=-1)
+  hh_r, hh_z, hh_n = jnp.split(cell.dense_h(h), 3, axis=-1)
+  r = cell.gate_fn(xi_r + hh_r)
+  z = cell.gate_fn(xi_z + hh_z)
+  n = cell.activation_fn(xi_n + r * hh_n)
+  new_h = (1.0 - z) * n + z * h
+  return new_h, new_h
+
+
+def _compute_dtype(layer: nnx.Linear):
+  """The dtype `layer` computes in: its own, else its parameters'."""
+  return layer.dtype or layer.kernel[...].dtype
+
+
 def _run_cell(cell, inputs, lengths, carry):
   """Runs `cell` over `inputs [B, S, D]`; the carry stops changing after each
-  sentence's `lengths [B]` steps. Returns `(final carry, outputs [B, S, h])`."""
+  sentence's `lengths [B]` steps. Returns `(final carry, outputs [B, S, h])`.
+  A GRU's input projection runs before the loop on accelerators
+  (`hoists_input_projections`)."""
+  step = cell
+  if isinstance(cell, nnx.GRUCell) and hoists_input_projections():
+    inputs = cell.dense_i(inputs)  # [B, S, 3h]
+    step = lambda h, x_projected: _gru_update(cell, h, x_projected)
 
   def body(carry, xs):
     x_t, t = xs
-    new_carry, y = cell(carry, x_t)
+    new_carry, y = step(carry, x_t)
     keep = (t < lengths)[:, None]  # [B, 1]
     carry = jax.tree.map(lambda n, o: jnp.where(keep, n.astype(o.dtype), o), new_carry, carry)
     return carry, y
@@ -287,11 +330,16 @@ class Seq2Seq(nnx.Module):
         score_offset=None if offset is None else offset[:, None, :])
     return context[:, 0], weights[:, 0], scores[:, 0]
 
-  def _step(self, memory, carry, embedded, *, deterministic=True, key=None, offset=None):
+  def _step(self, memory, carry, embedded, *, deterministic=True, key=None, offset=None,
+            hoisted=None):
     """One decoder step: embedded `[B, E]` -> `(features [B, h], carry, (scores, weights))`.
 
     `features` go through `self.output` to give the logits; scores / weights
-    are `[B, S]` float32 (None without attention).
+    are `[B, S]` float32 (None without attention). `hoisted`: this step's
+    `(projected [B, 3h], keep [B, F] or None)` from `_hoist_embedding`; the
+    first cell then adds the rest of its input's projection to `projected`
+    (the embedding's part, made before the loop) instead of projecting
+    `[embedding; rest]` here.
     """
     c = self.config
     cells = carry["cells"]
@@ -305,10 +353,26 @@ class Seq2Seq(nnx.Module):
       parts.append(context)
     elif "feed" in carry:
       parts.append(carry["feed"])
-    x = jnp.concatenate(parts, axis=-1)  # [B, E + feed]
+    keys = common.split_key(key, len(self.decoder_cells))
     new_cells = []
-    for cell, state, k in zip(self.decoder_cells, cells,
-                              common.split_key(key, len(self.decoder_cells))):
+    if hoisted is not None:  # the first cell's input: the embedding's part is made
+      projected, keep = hoisted
+      cell0 = self.decoder_cells[0]
+      if len(parts) > 1:
+        rest = jnp.concatenate(parts[1:], axis=-1)  # [B, F]
+        if keep is not None:  # the mask the whole input's dropout would draw
+          rate = self.dropout.rate
+          rest = jax.lax.select(keep, rest / (1.0 - rate), jnp.zeros_like(rest))
+        w = cell0.dense_i.kernel[...][c.embed_dim:]  # [F, 3h]
+        dt = _compute_dtype(cell0.dense_i)
+        projected = projected + jnp.dot(rest.astype(dt), w.astype(dt))
+      state, x = _gru_update(cell0, cells[0], projected)
+      new_cells.append(state.astype(jnp.float32))
+      cells, keys, layers = cells[1:], keys[1:], self.decoder_cells[1:]
+    else:
+      x = jnp.concatenate(parts, axis=-1)  # [B, E + feed]
+      layers = self.decoder_cells
+    for cell, state, k in zip(layers, cells, keys):
       x = self.dropout(x, deterministic=deterministic, rngs=k)
       state, x = cell(state, x)  # x [B, h]
       new_cells.append(jax.tree.map(lambda s: s.astype(jnp.float32), state))
@@ -324,6 +388,34 @@ class Seq2Seq(nnx.Module):
       elif c.input_feeding == "attentional":
         new_carry["feed"] = attentional.astype(c.dtype)
     return features, new_carry, (scores, weights)
+
+  def _hoist_embedding(self, embedded, step_keys):
+    """The first decoder cell's input projection of every step's embedding,
+    made before the loop (`hoists_input_projections`): `(projected [T, B, 3h],
+    keep [T, B, F] or None)`, F the width of the rest of that cell's input
+    (context, feed or the encoder's last state; 0 for none).
+
+    With dropout, each step's mask is the one `self.dropout` would draw for
+    the whole input `[embedding; rest]` from that step's key (the first of
+    `split_key(key_t, layers)`): its first E columns drop embedding features
+    here, the others are applied to the rest inside the step.
+    """
+    c = self.config
+    cell0 = self.decoder_cells[0]
+    t, b, e = embedded.shape
+    width = cell0.in_features - e  # F
+    x = embedded.astype(c.dtype)
+    keep = None
+    if step_keys is not None and self.dropout.rate > 0:
+      first = jax.vmap(lambda k: jax.random.split(k, len(self.decoder_cells))[0])(step_keys)
+      keep_all = jax.vmap(lambda k: jax.random.bernoulli(
+          k, 1.0 - self.dropout.rate, (b, e + width)))(first)  # [T, B, E + F]
+      x = jax.lax.select(keep_all[..., :e], x / (1.0 - self.dropout.rate), jnp.zeros_like(x))
+      keep = keep_all[..., e:] if width else None
+    dt = _compute_dtype(cell0.dense_i)
+    w = cell0.dense_i.kernel[...][:e].astype(dt)  # [E, 3h]
+    projected = jnp.dot(x.astype(dt), w) + cell0.dense_i.bias[...].astype(dt)
+    return projected, keep
 
   def __call__(self, src: jax.Array, tgt_in: jax.Array, *, deterministic: bool = True,
                rngs=None, score_offset: jax.Array | None = None):
@@ -364,15 +456,20 @@ class Seq2Seq(nnx.Module):
         jnp.asarray(score_offset, jnp.float32), 0, 1)  # [T, B, S]
     step_keys = None if k_dec is None else jax.random.split(k_dec, t)  # [T] keys
 
+    hoisted = None
+    if c.cell == "gru" and hoists_input_projections():
+      hoisted = self._hoist_embedding(embedded, step_keys)
+
     def body(carry, xs):
-      emb_t, offset_t, key_t = xs
+      emb_t, offset_t, key_t, hoisted_t = xs
       features, carry, (scores, weights) = self._step(
-          memory, carry, emb_t, deterministic=deterministic, key=key_t, offset=offset_t)
+          memory, carry, emb_t, deterministic=deterministic, key=key_t, offset=offset_t,
+          hoisted=hoisted_t)
       return carry, (features, scores, weights)
 
     with jax.named_scope("decoder"):
       _, (features, scores, weights) = jax.lax.scan(
-          body, carry, (embedded, offsets, step_keys))  # features [T, B, h]
+          body, carry, (embedded, offsets, step_keys, hoisted))  # features [T, B, h]
     with jax.named_scope("output"):
       logits = dense(self.output, jnp.swapaxes(features, 0, 1)).astype(jnp.float32)  # [B, T, V]
     if c.has_attention:
