@@ -16,6 +16,7 @@ import dataclasses
 import functools
 from typing import Callable
 
+from absl import logging
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -113,8 +114,12 @@ def run(settings: Settings, write: Callable[[dict], None],
     # Compile the three contenders, check that they train (finite losses), then
     # time them interleaved so that load from other processes hits all alike.
     args1 = (params1, rest1, optimizer.init(params1), jax.random.PRNGKey(0))
+    # Progress lines: the rows are written only once all three are timed, so a
+    # run cut by a device command's limit shows here how far it got.
+    logging.info("[models] %s %s: compiling the one-seed program", name, settings.model_size)
     compiled1, compile1 = bm.compile_fn(train, *args1)
     losses1 = np.asarray(compiled1(*args1)[2])  # [steps]
+    logging.info("[models] %s: one seed compiled in %.1f s and ran", name, compile1)
     # N sequential runs of the one-seed program (what N separate jobs would do).
     member = lambda tree, i: jax.tree.map(lambda x: x[i], tree)
     seeds_args = [(member(params_n, i), member(rest_n, i)) for i in range(n)]
@@ -128,10 +133,13 @@ def run(settings: Settings, write: Callable[[dict], None],
     try:
       compiled_n, compile_n = bm.compile_fn(jax.vmap(train), *args_n)
       losses_n = np.asarray(compiled_n(*args_n)[2])  # [N, steps]
+      logging.info("[models] %s: %d seeds vmapped compiled in %.1f s and ran", name, n,
+                   compile_n)
       calls[f"{n} seeds vmapped"] = functools.partial(compiled_n, *args_n)
     except Exception as e:  # pylint: disable=broad-except
       write({**base, "impl": f"{n} seeds vmapped", "seeds": n, "status": "skipped",
              "reason": f"{type(e).__name__}: {str(e)[:300]}"})
+    logging.info("[models] %s: timing %s, %d repeats each", name, ", ".join(calls), repeats)
     timings, other_load, attempts = timing.timed_with_retries(calls, settings, warmup=1,
                                                               repeats=repeats)
     base.update(other_load_cores=other_load, attempts=attempts)
