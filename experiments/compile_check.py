@@ -125,6 +125,8 @@ def define_flags() -> None:
                       "Kernel program: sequence lengths T.")
   flags.DEFINE_bool("report_only", False, "Rewrite <out>/<target>.md from its jsonl; compile "
                     "nothing.")
+  flags.DEFINE_string("cases", "", "Comma-separated case names of the chosen programs to "
+                      "compile, e.g. 'additive d=1024' (default: all of them).")
   flags.DEFINE_bool("resume", False, "Keep the rows of <out>/<target>.jsonl and compile only "
                     "the chosen cases it has no compiled row of (a run stopped part-way goes "
                     "on; other programs are added beside the rows already there).")
@@ -144,6 +146,7 @@ class Options:
   additive_seq_lens: tuple[int, ...]
   additive_impls: tuple[str, ...] = ("chunked", "naive")
   resume: bool = False
+  cases: tuple[str, ...] = ()  # only these case names (empty: every case of the programs)
 
 
 def _int_list(name: str, raw: str) -> tuple[int, ...]:
@@ -161,7 +164,8 @@ def _int_list(name: str, raw: str) -> tuple[int, ...]:
 
 def parse_options(target: str | None, programs: str | None, out: str | None,
                   kernel_seq_lens: str, additive_seq_lens: str,
-                  additive_impls: str = "chunked,naive", resume: bool = False) -> Options:
+                  additive_impls: str = "chunked,naive", resume: bool = False,
+                  cases: str = "") -> Options:
   """The flags' values checked; a ValueError names the first bad flag."""
   from attention_jax.analysis import compile_targets  # pylint: disable=g-import-not-at-top
   targets = compile_targets.TARGETS
@@ -192,7 +196,9 @@ def parse_options(target: str | None, programs: str | None, out: str | None,
                      f"got {additive_impls!r}.")
   return Options(targets[target], tuple(dict.fromkeys(chosen)), out,
                  _int_list("kernel_seq_lens", kernel_seq_lens),
-                 _int_list("additive_seq_lens", additive_seq_lens), impls, bool(resume))
+                 _int_list("additive_seq_lens", additive_seq_lens), impls, bool(resume),
+                 tuple(dict.fromkeys(c.strip() for c in str(cases or "").split(",")
+                                     if c.strip())))
 
 
 def cases_for(options: Options) -> list:
@@ -211,6 +217,13 @@ def cases_for(options: Options) -> list:
       cases += compile_cases.kernel_cases(options.kernel_seq_lens, options.target.platform)
     else:
       cases += compile_cases.additive_cases(options.additive_seq_lens, options.additive_impls)
+  if options.cases:
+    unknown = [name for name in options.cases if name not in {c.case for c in cases}]
+    if unknown:
+      raise ValueError(f"`--cases`: {', '.join(map(repr, unknown))} is not a case of "
+                       f"{', '.join(options.programs)}; they are: "
+                       f"{', '.join(dict.fromkeys(c.case for c in cases))}.")
+    cases = [c for c in cases if c.case in options.cases]
   return cases
 
 
@@ -285,7 +298,8 @@ def main(argv):
   from attention_jax.analysis import compile_tables  # pylint: disable=g-import-not-at-top
   try:
     options = parse_options(FLAGS.target, FLAGS.programs, FLAGS.out, FLAGS.kernel_seq_lens,
-                            FLAGS.additive_seq_lens, FLAGS.additive_impls, FLAGS.resume)
+                            FLAGS.additive_seq_lens, FLAGS.additive_impls, FLAGS.resume,
+                            FLAGS.cases)
   except ValueError as e:
     sys.exit(f"error: {e}")
   if FLAGS.report_only:

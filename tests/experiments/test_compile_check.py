@@ -514,3 +514,16 @@ def test_pallas_additive_compiles_for_the_h100_at_sizes_off_the_blocks():
   row = json.loads(proc.stdout.strip().splitlines()[-1])
   assert row["status"] == "compiled", row.get("error")
   assert row["shapes"]["attention_dim"] == 200 and row["shapes"]["seq_len"] == 300
+
+
+def test_cases_chooses_cases_of_the_programs_by_name_and_names_an_unknown_one():
+  options = cc.parse_options("h100", "additive", "/tmp/x", "512", "512,1024", "chunked,naive",
+                             cases="additive_naive T=1024, additive_chunked T=512")
+  every = cc.cases_for(cc.parse_options("h100", "additive", "/tmp/x", "512", "512,1024",
+                                        "chunked,naive"))
+  chosen = cc.cases_for(options)
+  assert len(every) == 4 and len(chosen) == 2
+  assert {c.case for c in chosen} == {"additive_naive T=1024", "additive_chunked T=512"} < {c.case for c in every}
+  with pytest.raises(ValueError, match="`--cases`: 'additive_naive T=2048' is not a case of additive"):
+    cc.cases_for(cc.parse_options("h100", "additive", "/tmp/x", "512", "512,1024",
+                                  cases="additive_naive T=2048"))
