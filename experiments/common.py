@@ -228,14 +228,39 @@ def device_mesh(cfg: config_lib.ExperimentConfig, scheme: str):
   `scheme` (`--mesh`) gives the members of `cfg`'s runs, or None on a single
   device. A ValueError naming the flag, before any work, where the members
   or the batches do not split over it."""
+  from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
+  return runner.device_mesh(cfg, scheme)
+
+
+def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
+  """With `--workers` > 1 on a host of several devices: the environment of
+  each worker's group of devices (`workers.device_groups`), the members'
+  layout on a group checked as `--mesh` says; None otherwise (one device: a
+  core per worker). A ValueError naming the flag, before any work, where the
+  devices do not split, or the members or batches do not split over a group.
+  The driver only counts the devices: on a GPU it starts its client without
+  taking their memory, which the workers will (`XLA_PYTHON_CLIENT_PREALLOCATE`
+  of the command line, if any, is theirs)."""
+  if cfg.workers <= 1:
+    return None
+  user_preallocate = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+  os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   devices = jax.devices()
   if len(devices) == 1:
     return None
-  members, data = placement.mesh_shape(scheme, len(cfg.run_members()), len(devices))
-  mesh = placement.member_mesh(devices, members, data)
-  placement.Placement(mesh).check_divisible(batch_size=cfg.batch_size,
-                                            eval_batch_size=cfg.eval_batch_size)
-  return mesh
+  if jax.process_count() > 1:
+    raise ValueError(f"`--workers` = {cfg.workers} with several processes "
+                     "(`--num_processes`): give one or the other.")
+  from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
+  groups = workers.device_groups(cfg.workers, devices[0].platform, len(devices))
+  runner.device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
+  for environment in groups:
+    if user_preallocate is not None:
+      environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = user_preallocate
+    else:
+      environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"  # jax's default
+  return groups
 
 
 def written(workdir: str) -> str:
@@ -266,8 +291,10 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
       print(written(FLAGS.workdir))
       return
     maybe_start_distributed()
+    groups = worker_groups(cfg, FLAGS.mesh)
     table = runner.run(cfg, FLAGS.workdir, report=reports.write,
-                       mesh=device_mesh(cfg, FLAGS.mesh), axes=axes)
+                       mesh=None if groups else device_mesh(cfg, FLAGS.mesh), axes=axes,
+                       worker_environments=groups, mesh_scheme=FLAGS.mesh)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)
   except (ValueError, workers.RunsFailed) as e:

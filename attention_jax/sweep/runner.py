@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import os
 import signal
 import time
@@ -32,6 +33,7 @@ from attention_jax.training import files
 from attention_jax.training import interrupts
 from attention_jax.training import memory
 from attention_jax.training import multihost
+from attention_jax.training import placement
 from attention_jax.training import provenance
 from attention_jax.training import run_folder
 from attention_jax.training import train_lib
@@ -131,9 +133,26 @@ class Plan:
     return tables[0]
 
 
+def device_mesh(cfg: ExperimentConfig, scheme: str, devices: Sequence | None = None):
+  """The `(members, data)` mesh of `devices` (default: every device of every
+  process) that `scheme` (`--mesh`) gives the members of `cfg`'s runs, or
+  None for a single device. A ValueError naming the flag where the members
+  or the batches do not split over it."""
+  devices = jax.devices() if devices is None else list(devices)
+  if len(devices) == 1:
+    return None
+  members, data = placement.mesh_shape(scheme, len(cfg.run_members()), len(devices))
+  mesh = placement.member_mesh(devices, members, data)
+  placement.Placement(mesh).check_divisible(batch_size=cfg.batch_size,
+                                            eval_batch_size=cfg.eval_batch_size)
+  return mesh
+
+
 def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
         log: Callable[[str], None] = print,
-        data=None, axes: tuple[tuple[str, tuple], ...] = ()) -> str | None:
+        data=None, axes: tuple[tuple[str, tuple], ...] = (),
+        worker_environments: Sequence[dict] | None = None,
+        mesh_scheme: str = "auto") -> str | None:
   """Runs (or resumes) the whole sweep, writing its reports with `report`
   after every finished run; returns the table, or None if stopped early.
 
@@ -141,7 +160,11 @@ def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
   under `workdir` (`workdir.Workdir.point`). With `cfg.workers > 1` the unfinished
   (point, arm, dim) runs are trained that many at a time, each in its own
   process on one core (largest dimension first, so the longest runs
-  start first); otherwise one after another here. A run whose parameters
+  start first); otherwise one after another here. With
+  `worker_environments` (`workers.device_groups`: a host's devices split
+  between the workers), every run is trained in a worker on its group of
+  devices, its members laid out on them as `mesh_scheme` says (`mesh`,
+  which spans every device, is then not used). A run whose parameters
   and optimiser state alone cannot fit in memory is refused before the
   workdir is made (`memory.check_memory`).
   """
@@ -158,12 +181,14 @@ def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
   provenance.fields()  # the commit as the run starts, not as it ends hours later
   os.makedirs(workdir, exist_ok=True)
   if not multihost.is_primary():  # the primary holds the locks and writes every file
-    _run_locked(plan, mesh=mesh, log=log, data_sets=data_sets)
+    _run_locked(plan, mesh=mesh, log=log, data_sets=data_sets,
+                groups=worker_environments, scheme=mesh_scheme)
     log(f"process {jax.process_index()} of {jax.process_count()}: done; process 0 "
         "writes the results")
     return None
   with plan.locks(log=log):  # one driver per workdir, and per grid point
-    return _run_locked(plan, mesh=mesh, log=log, data_sets=data_sets)
+    return _run_locked(plan, mesh=mesh, log=log, data_sets=data_sets,
+                       groups=worker_environments, scheme=mesh_scheme)
 
 
 def report_only(cfg: ExperimentConfig, workdir: str,
@@ -203,20 +228,23 @@ def _prepare(job: Job, log: Callable[[str], None]) -> bool:
   return True
 
 
-def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets) -> str | None:
+def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets,
+                groups: Sequence[dict] | None = None, scheme: str = "auto") -> str | None:
   cfg = plan.config
   primary = multihost.is_primary()
   for path in files.remove_stale_temporaries(plan.workdir.path) if primary else ():
     log(f"removed {path}, left by an interrupted write")
   deadline = time.time() + 60 * cfg.max_minutes if cfg.max_minutes else None
   pending = [job for job in plan.jobs() if _prepare(job, log)]
-  if cfg.workers > 1 and len(pending) > 1:
-    if mesh is not None:
+  if pending and (groups is not None or (cfg.workers > 1 and len(pending) > 1)):
+    if groups is None and mesh is not None:
       raise ValueError(f"`workers` = {cfg.workers} trains pairs in separate single-device "
-                       "processes; it cannot be combined with several devices.")
+                       "processes; it cannot be combined with a mesh of several devices.")
     pending.sort(key=lambda job: -job.arm.attention_dim)
-    finished = workers.run_in_workers(cfg.workers, pending, train_job, deadline,
-                                      lambda job: plan.report(job.point), log=log)
+    train = train_job if groups is None else functools.partial(train_job, mesh_scheme=scheme)
+    finished = workers.run_in_workers(max(1, min(cfg.workers, len(pending))), pending, train,
+                                      deadline, lambda job: plan.report(job.point), log=log,
+                                      environments=groups)
   else:
     finished = True
     for job in pending:
@@ -243,11 +271,14 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets) -> s
 _WORKER_DATASETS = datasets_lib.Datasets(limit=1)
 
 
-def train_job(job: Job, *, log: Callable[[str], None], deadline: float | None) -> bool:
+def train_job(job: Job, *, log: Callable[[str], None], deadline: float | None,
+              mesh_scheme: str | None = None) -> bool:
   """`train_group` of `job` in a `--workers` process, which loads each
-  dataset once (`_WORKER_DATASETS`)."""
+  dataset once (`_WORKER_DATASETS`); with `mesh_scheme`, its members laid
+  out on the worker's own devices (`device_mesh`)."""
+  mesh = None if mesh_scheme is None else device_mesh(job.config, mesh_scheme)
   return train_group(job.config, job.run, job.arm, _WORKER_DATASETS.get(job.config),
-                     log=log, deadline=deadline, label=job.label)
+                     mesh=mesh, log=log, deadline=deadline, label=job.label)
 
 
 def train_group(cfg: ExperimentConfig, run_dir: run_folder.RunDir, arm: config_lib.Arm, data,

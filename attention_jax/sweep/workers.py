@@ -1,4 +1,11 @@
-"""`--workers`: a sweep's runs trained in parallel, one process per core.
+"""`--workers`: a sweep's runs trained in parallel, one process per core, or
+per group of devices.
+
+On a host of one device (CPU) each worker is pinned to a core
+(`use_one_core`). On a host of several GPUs the devices are split into one
+group per worker (`device_groups`): each worker process sees only its own
+(`CUDA_VISIBLE_DEVICES`; on CPU, the test's stand-in, its own number of host
+devices) and lays each run's members out on them as `--mesh` says.
 
 The driver hands out jobs (anything with a `label`, e.g. `runner.Job`) to
 worker processes and a module-level training function `train(job, log=,
@@ -58,12 +65,51 @@ def use_one_core(core: int | None = None, *, index: int = 0) -> int | None:
   return core
 
 
-def _worker_init(parent_pid: int, stop, index: int) -> None:
+FORCE_DEVICES = "--xla_force_host_platform_device_count"
+
+
+def device_groups(workers: int, platform: str, num_devices: int,
+                  environ: dict | None = None) -> list[dict[str, str]]:
+  """The environment of each of `workers` processes sharing this host's
+  `num_devices` devices of `platform`: a group of `num_devices / workers`
+  devices each, in order. GPU: `CUDA_VISIBLE_DEVICES`, numbered within the
+  driver's own (`environ`'s, where it sets one); CPU (several host devices,
+  as tests make them): the group's size as XLA's host device count. A
+  ValueError naming `--workers` where the devices do not split evenly, or on
+  a TPU, whose chips this project does not split between processes."""
+  environ = os.environ if environ is None else environ
+  if workers < 1 or num_devices % workers:
+    raise ValueError(f"`--workers` = {workers} must divide the {num_devices} devices of "
+                     "this host (one group of devices per worker process).")
+  size = num_devices // workers
+  if platform == "gpu":
+    visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+               if d.strip()] or [str(i) for i in range(num_devices)]
+    if len(visible) != num_devices:
+      raise ValueError(f"`--workers`: CUDA_VISIBLE_DEVICES names {len(visible)} devices but "
+                       f"jax sees {num_devices}.")
+    return [{"CUDA_VISIBLE_DEVICES": ",".join(visible[i * size:(i + 1) * size])}
+            for i in range(workers)]
+  if platform == "cpu":
+    kept = [f for f in environ.get("XLA_FLAGS", "").split() if not f.startswith(FORCE_DEVICES)]
+    return [{"XLA_FLAGS": " ".join(kept + [f"{FORCE_DEVICES}={size}"])}
+            for _ in range(workers)]
+  raise ValueError(f"`--workers` = {workers} on {num_devices} {platform} devices: this "
+                   "project splits the devices between worker processes only on GPUs; use "
+                   "--workers=1 and `--mesh` (the members of each run over every device).")
+
+
+def _worker_init(parent_pid: int, stop, index: int, environment: dict | None = None) -> None:
   """Set-up of a `--workers` process: on a core of its own (the `index`-th
-  the driver may use, round robin), dies with the driver, and stops its run
-  as the driver is asked to (`interrupts.watch` of the `stop` event)."""
+  the driver may use, round robin), or, given the `environment` of a device
+  group (`device_groups`), on those devices alone; dies with the driver, and
+  stops its run as the driver is asked to (`interrupts.watch` of the `stop`
+  event). Before the worker's JAX starts its backend, which reads them."""
   interrupts.watch(stop)
-  use_one_core(index=index)
+  if environment is None:
+    use_one_core(index=index)
+  else:
+    os.environ.update(environment)
   host_memory.keep_freed_memory()  # before the worker's JAX starts, as the driver does
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
     import ctypes  # pylint: disable=g-import-not-at-top
@@ -87,10 +133,10 @@ def why(error: BaseException) -> str:
 
 
 def _worker_main(parent_pid: int, stop, index: int, conn, train: Callable,
-                 deadline: float | None) -> None:
+                 deadline: float | None, environment: dict | None = None) -> None:
   """A worker's life: jobs from `conn` until None, each answered with
   ('finished', bool), ('interrupted', signum) or ('failed', one line)."""
-  _worker_init(parent_pid, stop, index)
+  _worker_init(parent_pid, stop, index, environment)
   log = lambda line: print(line, flush=True)
   while True:
     try:
@@ -124,11 +170,13 @@ def death(exitcode: int | None) -> str:
 class _Worker:
   """A worker process and the driver's end of its pipe."""
 
-  def __init__(self, ctx, stop, index: int, train: Callable, deadline: float | None):
+  def __init__(self, ctx, stop, index: int, train: Callable, deadline: float | None,
+               group: int | None = None, environment: dict | None = None):
     self.conn, child = ctx.Pipe()
+    self.group = group  # the index of its device group, if it has one
     self.process = ctx.Process(
-        target=_worker_main, args=(os.getpid(), stop, index, child, train, deadline),
-        daemon=True)
+        target=_worker_main,
+        args=(os.getpid(), stop, index, child, train, deadline, environment), daemon=True)
     self.process.start()
     child.close()  # the child's end lives in the child only: its death closes the pipe
     self.job = None
@@ -160,10 +208,14 @@ class _Worker:
 
 
 def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: float | None,
-                   report: Callable, log: Callable[[str], None] = print) -> bool:
+                   report: Callable, log: Callable[[str], None] = print,
+                   environments: Sequence[dict] | None = None) -> bool:
   """Trains `jobs` in `workers` processes with `train` (a module-level
-  function: it is sent to them by name); `report(job)` after each finishes.
-  False if `deadline` stopped any of them first.
+  function, or a `functools.partial` of one: it is sent to them by name);
+  `report(job)` after each finishes. False if `deadline` stopped any of them
+  first. With `environments` (`device_groups`, at least `workers` of them),
+  worker i runs with the i-th instead of on a core, and a worker started in
+  place of a dead one takes the dead one's.
 
   A stop requested of the driver (SIGTERM, Ctrl-C: `interrupts`) sets an
   event every worker watches: each running run saves its checkpoint after its
@@ -172,6 +224,9 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   dies is named at once; the others go on (a dead worker is replaced while
   jobs wait), and `RunsFailed` names them all at the end.
   """
+  if environments is not None and len(environments) < workers:
+    raise ValueError(f"`--workers` = {workers} needs as many device groups; "
+                     f"{len(environments)} given.")
   import multiprocessing  # pylint: disable=g-import-not-at-top
   from multiprocessing import connection  # pylint: disable=g-import-not-at-top
   ctx = multiprocessing.get_context("spawn")  # never fork a process that holds XLA threads
@@ -179,13 +234,14 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   interrupts.share(stop)
   started = 0  # workers started so far: the next one takes the next core
 
-  def start() -> _Worker:
+  def start(group: int) -> _Worker:
     nonlocal started
     started += 1
-    return _Worker(ctx, stop, started - 1, train, deadline)
+    environment = None if environments is None else dict(environments[group])
+    return _Worker(ctx, stop, started - 1, train, deadline, group, environment)
 
   queue = list(jobs)
-  pool = [start() for _ in range(min(workers, len(queue)))]
+  pool = [start(i) for i in range(min(workers, len(queue)))]
   failed: list[str] = []
   finished, interrupted = True, False
   patience = 30  # seconds an idle worker gets to exit
@@ -219,7 +275,7 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
             pool.remove(worker)
             worker.close()
             if queue:
-              pool.append(start())
+              pool.append(start(worker.group))
   except BaseException:
     # The driver itself failed (a report it could not write): every running
     # run saves its checkpoint after its step before the error is raised.

@@ -5,6 +5,7 @@ waits forever (it used to: a killed worker's task was never answered)."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import signal
 import time
@@ -111,3 +112,141 @@ def test_a_stop_reaches_the_running_workers_after_a_death(tmp_path, monkeypatch)
 ])
 def test_how_a_worker_died_is_said_in_words(code, needle):
   assert needle in workers.death(code)
+
+
+# --- a worker per group of devices ------------------------------------------
+
+@pytest.mark.parametrize("workers_count, environ, visible", [
+    (2, {}, ["0,1,2,3", "4,5,6,7"]),
+    (4, {}, ["0,1", "2,3", "4,5", "6,7"]),
+    # Numbered within the driver's own devices.
+    (4, {"CUDA_VISIBLE_DEVICES": "1,3,4,5,6,7,9,10"}, ["1,3", "4,5", "6,7", "9,10"]),
+    (8, {}, [str(i) for i in range(8)])])
+def test_device_groups_split_the_gpus_in_order(workers_count, environ, visible):
+  groups = workers.device_groups(workers_count, "gpu", 8, environ=environ)
+  assert [g["CUDA_VISIBLE_DEVICES"] for g in groups] == visible
+  # Every device in exactly one group.
+  named = [d for g in groups for d in g["CUDA_VISIBLE_DEVICES"].split(",")]
+  assert len(named) == len(set(named)) == 8
+
+
+def test_device_groups_on_cpu_set_the_host_device_count_and_keep_other_flags():
+  environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_dump_to=x"}
+  groups = workers.device_groups(2, "cpu", 8, environ=environ)
+  assert groups == [{"XLA_FLAGS": "--xla_dump_to=x --xla_force_host_platform_device_count=4"}] * 2
+
+
+@pytest.mark.parametrize("args, environ, match", [
+    ((3, "gpu", 8), {}, r"^`--workers` = 3 must divide the 8 devices of this host"),
+    ((0, "gpu", 8), {}, r"^`--workers` = 0 must divide"),
+    ((2, "gpu", 8), {"CUDA_VISIBLE_DEVICES": "0,1"},
+     r"^`--workers`: CUDA_VISIBLE_DEVICES names 2 devices but jax sees 8"),
+    ((2, "tpu", 8), {}, r"^`--workers` = 2 on 8 tpu devices: .*--mesh")])
+def test_device_groups_refuse_in_one_line_naming_the_flag(args, environ, match):
+  with pytest.raises(ValueError, match=match) as e:
+    workers.device_groups(*args, environ=environ)
+  assert "\n" not in str(e.value)
+
+
+def group_train(job: ToyJob, *, log, deadline) -> bool:
+  """Sent to the workers by name: records the worker's device group (its
+  `TOY_GROUP`) and, for 'devices', how many devices its JAX sees."""
+  del deadline
+  log(f"[{job.label}] started in {os.getpid()}")
+  if job.action == "die":
+    os.kill(os.getpid(), signal.SIGKILL)
+  if job.action == "slow":
+    time.sleep(10)
+  seen = {"pid": os.getpid(), "group": os.environ.get("TOY_GROUP")}
+  if job.action == "devices":
+    import jax  # pylint: disable=g-import-not-at-top
+    seen["devices"] = jax.device_count()
+  with open(os.path.join(job.folder, job.label), "w") as f:
+    json.dump(seen, f)
+  return True
+
+
+def _seen(tmp_path, label):
+  with open(tmp_path / label) as f:
+    return json.load(f)
+
+
+def test_each_worker_sees_only_its_group_of_devices(tmp_path):
+  # 8 host devices split between 2 workers: each worker's JAX has 4.
+  groups = workers.device_groups(
+      2, "cpu", 8, environ={"XLA_FLAGS": "--xla_force_host_platform_device_count=8"})
+  groups = [dict(g, TOY_GROUP=str(i), JAX_PLATFORMS="cpu") for i, g in enumerate(groups)]
+  jobs = [ToyJob(f"job{i}", "devices", str(tmp_path)) for i in range(4)]
+  reported = []
+  assert workers.run_in_workers(2, jobs, group_train, None, lambda job: reported.append(job.label),
+                                log=lambda line: None, environments=groups)
+  assert sorted(reported) == ["job0", "job1", "job2", "job3"]
+  seen = [_seen(tmp_path, f"job{i}") for i in range(4)]
+  assert {s["devices"] for s in seen} == {4}
+  assert {s["group"] for s in seen} == {"0", "1"}  # both groups trained
+  assert len({s["pid"] for s in seen}) == 2
+
+
+def test_a_dead_workers_replacement_takes_its_device_group(tmp_path):
+  groups = [{"TOY_GROUP": "a"}, {"TOY_GROUP": "b"}]
+  jobs = [ToyJob(f"job{i}", a, str(tmp_path)) for i, a in enumerate(["die", "slow", "ok", "ok"])]
+  with pytest.raises(workers.RunsFailed, match=r"^1 of 4 runs failed: \[job0\] its worker"):
+    workers.run_in_workers(2, jobs, group_train, None, lambda job: None, log=lambda line: None,
+                           environments=groups)
+  first = _seen(tmp_path, "job1")
+  assert first["group"] == "b"
+  # While b trains the slow job, the next queued job goes to a's replacement, a
+  # new process on a's devices (the job after it to whichever is free first).
+  replaced = _seen(tmp_path, "job2")
+  assert replaced["group"] == "a" and replaced["pid"] != first["pid"]
+  assert _seen(tmp_path, "job3")["group"] in ("a", "b")
+
+
+def test_fewer_device_groups_than_workers_is_refused():
+  with pytest.raises(ValueError, match="`--workers` = 2 needs as many device groups; 1 given"):
+    workers.run_in_workers(2, [ToyJob("job0", "ok", "x")], group_train, None,
+                           lambda job: None, environments=[{}])
+
+
+# The driver's check of `--workers` on 8 host devices (`common.worker_groups`):
+# the groups each worker gets, and the refusals, each one line; prints them.
+_GROUPS_SCRIPT = """
+import json
+from attention_jax.sweep import config
+from experiments import common
+out = {}
+for name, workers_count, seeds, scheme in (("two", 2, 4, "members"), ("one", 1, 4, "members"),
+                                          ("three", 3, 4, "members"),
+                                          ("odd_members", 2, 3, "members"),
+                                          ("auto", 4, 4, "auto")):
+  cfg = config.from_preset("smoke", seeds=seeds, workers=workers_count)
+  try:
+    out[name] = common.worker_groups(cfg, scheme)
+  except ValueError as e:
+    out[name] = "error: " + str(e)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_the_driver_splits_8_devices_between_the_workers_and_checks_each_group():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8",
+             JAX_PLATFORMS="cpu")
+  env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+  proc = subprocess.run([sys.executable, "-c", _GROUPS_SCRIPT], cwd=root, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  four = {"XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+          "XLA_PYTHON_CLIENT_PREALLOCATE": "true"}
+  assert out["two"] == [four, four]
+  assert out["one"] is None  # one worker: the run's members over every device, as before
+  assert out["three"].startswith("error: `--workers` = 3 must divide the 8 devices")
+  assert out["odd_members"].startswith(
+      "error: `--mesh=members`: 3 members do not split over 4 devices")
+  # auto on groups of 2 devices with 4 members: 2 each, accepted.
+  assert [g["XLA_FLAGS"] for g in out["auto"]] == [
+      "--xla_force_host_platform_device_count=2"] * 4
+  assert all("\n" not in v for v in out.values() if isinstance(v, str))
