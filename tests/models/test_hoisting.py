@@ -112,5 +112,7 @@ def test_lstm_cells_are_not_hoisted(monkeypatch):
   assert _loop_products(config, True, monkeypatch) == _loop_products(config, False, monkeypatch)
 
 
-def test_cpus_keep_the_per_step_form():
-  assert seq2seq.hoists_input_projections() is (jax.default_backend() != "cpu")
+@pytest.mark.parametrize("platform, hoists", [("cpu", False), ("tpu", False), ("gpu", True)])
+def test_only_gpus_hoist(platform, hoists, monkeypatch):
+  monkeypatch.setattr(jax, "default_backend", lambda: platform)
+  assert seq2seq.hoists_input_projections() is hoists
