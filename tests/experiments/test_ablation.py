@@ -436,3 +436,37 @@ def test_transformer_smoke_preset_end_to_end(tmp_path):
   table = open(os.path.join(workdir, "table.md")).read()
   assert "additive − scaled_dot" in table  # significance against the preset's baseline
   assert "| 8 |" in table and "–" in table  # additive stops at d_k = 4
+
+
+@pytest.mark.slow  # two smoke ablations of 4 members on 4 host devices each: 556 s on the loaded 2 cores
+def test_workers_on_groups_of_devices_give_the_numbers_of_the_runs_on_one_group(tmp_path):
+  """8 host devices and `--workers=2`: each worker process sees 4 devices
+  and splits its runs' 4 members over them (`--mesh=members`), as a
+  process that has those 4 devices alone does, to the same numbers."""
+  flags = ["--preset=smoke", "--arms=additive,multiplicative", "--dims=8", "--seeds=4",
+           "--steps=20", "--eval_every=10", "--checkpoint_every=10", "--diag_every=10",
+           "--mesh=members"]
+  groups, alone = str(tmp_path / "groups"), str(tmp_path / "alone")
+  two = _driver("ablation", *flags, "--workers=2", f"--workdir={groups}",
+                env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                     "JAX_PLATFORMS": "cpu"})
+  assert two.returncode == 0, two.stderr[-3000:]
+  one = _driver("ablation", *flags, f"--workdir={alone}",
+                env={"XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+                     "JAX_PLATFORMS": "cpu"})
+  assert one.returncode == 0, one.stderr[-3000:]
+  rows = _rows(groups)
+  assert {(r["arm"], r["dim"], r["seed"]) for r in rows} == {
+      (arm, 8, seed) for arm in ("additive", "multiplicative") for seed in range(4)}
+  assert _numbers(rows) == _numbers(_rows(alone))
+  # The workers' runs name the 4 devices each one had.
+  assert {r["provenance"]["xla_flags"] for r in rows} == {
+      "--xla_force_host_platform_device_count=4"}
+  # Too many workers for the devices: one line naming the flag, before any work.
+  bad = _driver("ablation", *flags, "--workers=3", f"--workdir={tmp_path / 'bad'}",
+                env={"XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+                     "JAX_PLATFORMS": "cpu"})
+  assert bad.returncode != 0
+  assert bad.stderr.strip().splitlines()[-1].startswith(
+      "error: `--workers` = 3 must divide the 8 devices")
+  assert not (tmp_path / "bad").exists()
