@@ -80,6 +80,11 @@ def _command(workdir, *extra):
   return [sys.executable, "-m", "experiments.benchmark", f"--workdir={workdir}", *ARGS, *extra]
 
 
+# End to end (three benchmark processes, ~22 s on 2 cores): resuming without
+# duplicates is checked in the default suite by
+# test_the_kernel_suite_measures_only_missing_cases_and_stops_when_out_of_time and
+# test_a_line_cut_by_a_kill_is_skipped_and_good_rows_are_read.
+@pytest.mark.slow
 def test_a_killed_benchmark_is_completed_by_the_same_command_without_duplicates(tmp_path):
   proc = subprocess.Popen(_command(tmp_path), cwd=ROOT, stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL)

@@ -69,6 +69,9 @@ def test_the_lock_of_a_killed_process_is_taken_over_and_said_so(tmp_path):
   assert len(lines) == 1 and f"PID {dead}" in lines[0] and "took over" in lines[0]
 
 
+# End to end (two drivers, ~16-30 s on 2 cores): the refusal itself is checked in
+# the default suite by test_a_second_live_holder_is_refused_naming_the_first.
+@pytest.mark.slow
 def test_two_ablations_on_one_workdir_the_second_refuses_at_once(tmp_path):
   workdir = str(tmp_path / "w")
   flags = ["--preset=smoke", "--arms=additive", "--dims=8", "--steps=400",
@@ -415,6 +418,9 @@ def test_a_file_where_the_checkpoints_folder_belongs_is_refused_before_training(
     os.remove(tmp_path / name)
 
 
+# End to end (a driver, ~13-18 s on 2 cores): the refusal before training is
+# checked in the default suite by the test above.
+@pytest.mark.slow
 def test_a_file_where_the_checkpoints_folder_belongs_is_one_line_from_the_driver(tmp_path):
   workdir = tmp_path / "w"
   (workdir / "runs" / "additive_d8").mkdir(parents=True)
