@@ -188,7 +188,10 @@ def test_beam_search_matches_a_python_reference(name):
   model = MODELS[name]()
   scorer = make_scorer(model, math.ceil(SRC.shape[1] + 3))
   lengths = []
-  for beam_size, alpha in ((1, 0.6), (3, 0.6), (3, 0.0)):
+  # The length penalty is applied by the search, not the model: alpha 0 is
+  # checked with the RNN (each setting compiles a Transformer search anew).
+  settings = ((1, 0.6), (3, 0.6), (3, 0.0)) if name == "rnn" else ((1, 0.6), (3, 0.6))
+  for beam_size, alpha in settings:
     out = decoding.jit_beam_search(model, SRC, beam_size=beam_size, length_penalty=alpha,
                                    max_len_a=1.0, max_len_b=3)
     for b in range(SRC.shape[0]):
@@ -196,7 +199,7 @@ def test_beam_search_matches_a_python_reference(name):
       np.testing.assert_array_equal(out[b], want, err_msg=f"K={beam_size} alpha={alpha} b={b}")
     lengths.append((np.asarray(out) != 0).sum(1))
   if name == "rnn":  # the biased <eos> ends some hypotheses early
-    assert np.any(np.concatenate(lengths) < np.tile((SRC != 0).sum(1) + 3, 3))
+    assert np.any(np.concatenate(lengths) < np.tile((SRC != 0).sum(1) + 3, len(settings)))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
