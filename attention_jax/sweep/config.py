@@ -145,8 +145,9 @@ class ExperimentConfig:
   max_minutes: float = flag_field(
       0.0, "stop cleanly after this long (checkpointed; re-run resumes); 0 = no limit",
       changes_numbers=False)
-  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one process on one core each",
-                            changes_numbers=False)
+  workers: int = flag_field(1, "(arm, dim) pairs trained at once, one process each: on a CPU "
+                            "one core each, on a host of several GPUs an equal group of its "
+                            "GPUs each", changes_numbers=False)
 
   def __post_init__(self):
     _choices("arms", self.arms, ARMS, many=True)
