@@ -190,7 +190,7 @@ def _compute_dtype(layer: nnx.Linear):
 def _run_cell(cell, inputs, lengths, carry):
   """Runs `cell` over `inputs [B, S, D]`; the carry stops changing after each
   sentence's `lengths [B]` steps. Returns `(final carry, outputs [B, S, h])`.
-  A GRU's input projection runs before the loop on accelerators
+  A GRU's input projection runs before the loop on GPUs
   (`hoists_input_projections`)."""
   step = cell
   if isinstance(cell, nnx.GRUCell) and hoists_input_projections():
