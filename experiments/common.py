@@ -223,15 +223,6 @@ def maybe_start_distributed() -> None:
                                FLAGS.process_id)
 
 
-def device_mesh(cfg: config_lib.ExperimentConfig, scheme: str):
-  """The `(members, data)` mesh of every device (of every process) that
-  `scheme` (`--mesh`) gives the members of `cfg`'s runs, or None on a single
-  device. A ValueError naming the flag, before any work, where the members
-  or the batches do not split over it."""
-  from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
-  return runner.device_mesh(cfg, scheme)
-
-
 def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   """With `--workers` > 1 on a host of several devices: the environment of
   each worker's group of devices (`workers.device_groups`), the members'
@@ -255,11 +246,9 @@ def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
   groups = workers.device_groups(cfg.workers, devices[0].platform, len(devices))
   runner.device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
-  for environment in groups:
-    if user_preallocate is not None:
-      environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = user_preallocate
-    else:
-      environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = "true"  # jax's default
+  for environment in groups:  # the command line's choice, else jax's default
+    environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
+        "true" if user_preallocate is None else user_preallocate)
   return groups
 
 
@@ -293,7 +282,7 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
     maybe_start_distributed()
     groups = worker_groups(cfg, FLAGS.mesh)
     table = runner.run(cfg, FLAGS.workdir, report=reports.write,
-                       mesh=None if groups else device_mesh(cfg, FLAGS.mesh), axes=axes,
+                       mesh=None if groups else runner.device_mesh(cfg, FLAGS.mesh), axes=axes,
                        worker_environments=groups, mesh_scheme=FLAGS.mesh)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)

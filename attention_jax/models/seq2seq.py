@@ -182,6 +182,12 @@ def _gru_update(cell: nnx.GRUCell, h, x_projected):
   return new_h, new_h
 
 
+def _dropped(x, keep, rate: float):
+  """`x` with the features `keep` is False at dropped and the rest scaled by
+  1 / (1 - rate): `nnx.Dropout`'s output for a mask drawn beforehand."""
+  return jax.lax.select(keep, x / (1.0 - rate), jnp.zeros_like(x))
+
+
 def _compute_dtype(layer: nnx.Linear):
   """The dtype `layer` computes in: its own, else its parameters'."""
   return layer.dtype or layer.kernel[...].dtype
@@ -383,8 +389,7 @@ class Seq2Seq(nnx.Module):
       if len(parts) > 1:
         rest = jnp.concatenate(parts[1:], axis=-1)  # [B, F]
         if keep is not None:  # the mask the whole input's dropout would draw
-          rate = self.dropout.rate
-          rest = jax.lax.select(keep, rest / (1.0 - rate), jnp.zeros_like(rest))
+          rest = _dropped(rest, keep, self.dropout.rate)
         w = cell0.dense_i.kernel[...][c.embed_dim:]  # [F, 3h]
         dt = _compute_dtype(cell0.dense_i)
         projected = projected + jnp.dot(rest.astype(dt), w.astype(dt))
@@ -432,7 +437,7 @@ class Seq2Seq(nnx.Module):
       first = jax.vmap(lambda k: jax.random.split(k, len(self.decoder_cells))[0])(step_keys)
       keep_all = jax.vmap(lambda k: jax.random.bernoulli(
           k, 1.0 - self.dropout.rate, (b, e + width)))(first)  # [T, B, E + F]
-      x = jax.lax.select(keep_all[..., :e], x / (1.0 - self.dropout.rate), jnp.zeros_like(x))
+      x = _dropped(x, keep_all[..., :e], self.dropout.rate)
       keep = keep_all[..., e:] if width else None
     dt = _compute_dtype(cell0.dense_i)
     w = cell0.dense_i.kernel[...][:e].astype(dt)  # [E, 3h]
