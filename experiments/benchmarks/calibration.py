@@ -23,7 +23,9 @@ a multiple of the checkpoint interval and capped at the preset's --steps. Where 
 `--min_steps`, the plan drops dimensions (keeping the smallest and the
 largest) until it fits, and says so. Writes `calibration.json` (the
 measurements, the plan and the flags the sweep takes from it) and
-`calibration.md`. The sweep reads the plan itself, nothing copied by hand:
+`calibration.md`; the json names its commit, versions, device and command
+(`provenance`, as every result row does). The sweep reads the plan itself,
+nothing copied by hand:
 
     python -m experiments.ablation --preset=gpu --calibration=runs/gpu_plan/calibration.json \
         --workdir=runs/gpu
@@ -294,6 +296,7 @@ def main(argv):
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
   # Given as text: parsed with the other fields (`common.overrides`).
   extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}
   cfg, _ = common.build_config(extra)
@@ -322,7 +325,7 @@ def main(argv):
               f"{extra_members}), dtype {cfg.dtype}, batch "
               f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
   out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured],
-         "plan": result, "settings": settings}
+         "plan": result, "settings": settings, "provenance": provenance.fields()}
   files.atomic_write(os.path.join(FLAGS.workdir, "calibration.json"),
                            json.dumps(out, indent=1))
   text = markdown(measured, result, settings)

@@ -168,7 +168,9 @@ def test_bundle_installs_offline_and_the_documented_session_runs_at_toy_size(tmp
   out, stdout, _ = stage("bench", "bench2")
   assert "appended 0 rows" in stdout and len((out / "benchmark.jsonl").read_text().splitlines()) == len(rows)
   out, _, _ = stage("calibrate", "calibrate")
-  plan = json.loads((out / "calibration.json").read_text())["plan"]
+  calibration = json.loads((out / "calibration.json").read_text())
+  plan = calibration["plan"]
+  assert {"commit", "versions", "device_kind", "command"} <= set(calibration["provenance"])
   assert plan["fits"] and plan["flags"] == ["--steps=6", "--eval_every=3", "--dims=8,16"]
   state.mkdir()
   shutil.copy(out / "calibration.json", state)
