@@ -161,7 +161,9 @@ def scan_unroll() -> int:
   stops; 2 steps per iteration leave ordinary fusions there, and each loop
   body becomes one command buffer: `additive d=1024` went from 6,333 launches
   to 573 and its predicted step from 74.3 to 39.9 ms
-  (results/compile_check/launches/unrolled). Not run on a GPU yet.
+  (results/compile_check/launches/unrolled). Run on one H200, with hoisting,
+  the step took 18.8 ms against 22.3 ms for the per-step code (16 %, less
+  than the launch count predicted; results/gpu_h200/2026-11-27b).
   Why 2 on TPUs: compiled for a TPU v5e, the same step's counted bytes fell
   from 87.0 to 84.6 GB and its predicted time from 115.0 to 113.6 ms (same
   folder). Why not on CPUs: they keep their programs (and numbers)."""
