@@ -233,6 +233,32 @@ def mesh_totals(rows: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
+def provenance(rows: Sequence[Mapping[str, Any]]) -> str:
+  """How the rows were made: one sentence when every row has the same
+  commit, command and versions; otherwise one line per (commit, command,
+  versions) naming its programs, in the rows' order, so that rows added
+  later (`--resume`) at another commit are not credited to the first's."""
+  groups: dict[tuple, list[Mapping[str, Any]]] = {}
+  for r in rows:
+    key = (r.get("commit"), r.get("command"), json.dumps(r.get("versions"), sort_keys=True))
+    groups.setdefault(key, []).append(r)
+  if len(groups) == 1:
+    first = rows[0]
+    return (f"Compiled on a CPU-only host with {json.dumps(first.get('versions'))}, "
+            f"commit {first.get('commit')}, {first.get('date')}: "
+            f"`{first.get('command')}`.\n")
+  versions = {key[2] for key in groups}
+  lines = ["Compiled on a CPU-only host"
+           + (f" with {json.dumps(rows[0].get('versions'))}" if len(versions) == 1 else "")
+           + ", in parts:"]
+  for (commit, command, _), chosen in groups.items():
+    programs = ", ".join(f"`{p}`" for p in dict.fromkeys(r["program"] for r in chosen))
+    extra = "" if len(versions) == 1 else f" with {json.dumps(chosen[0].get('versions'))}"
+    lines.append(f"- {programs} ({len(chosen)} row(s)): commit {commit}, "
+                 f"{chosen[0].get('date')}{extra}: `{command}`")
+  return "\n".join(lines) + "\n"
+
+
 def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -> str:
   """The markdown report: the target, the sweep prediction, a table per
   program and every row."""
@@ -248,10 +274,7 @@ def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -
                  f"{target.collective_overhead_s * 1e6:g} µs each (assumed), not overlapped "
                  "with compute.\n")
   if rows:
-    first = rows[0]
-    parts.append(f"Compiled on a CPU-only host with {json.dumps(first.get('versions'))}, "
-                 f"commit {first.get('commit')}, {first.get('date')}: "
-                 f"`{first.get('command')}`.\n")
+    parts.append(provenance(rows))
   sweep = sweep_seconds(rows)
   if sweep is not None:
     compute = sum(r["steps"] * r["flops"] / target.peak_flops

@@ -180,6 +180,23 @@ def test_mesh_tables_name_devices_collectives_and_totals():
   assert "8 devices on 1 host(s)" in text and "## Multi-device programs" in text
 
 
+def test_summary_names_each_commit_of_rows_made_in_parts():
+  versions = {"jax": "0.11.2"}
+  made = lambda program, commit: _mesh_row(
+      program, "additive d=128", "members", 4, {"members": 4, "data": 1}, commit=commit,
+      command=f"python -m experiments.compile_check --programs={program}", versions=versions,
+      date="2026-11-27T12:00:00Z")
+  one = compile_tables.provenance([made("gpu_members", "aaa"), made("gpu_members", "aaa")])
+  assert one.count("commit") == 1 and "commit aaa" in one
+  parts = compile_tables.provenance([made("lr_grid", "aaa"), made("gpu_data", "bbb"),
+                                     made("gpu_members", "bbb")]).splitlines()
+  assert parts[0] == 'Compiled on a CPU-only host with {"jax": "0.11.2"}, in parts:'
+  assert parts[1].startswith("- `lr_grid` (1 row(s)): commit aaa,")
+  assert parts[2].startswith("- `gpu_data` (1 row(s)): commit bbb,")
+  assert parts[3].startswith("- `gpu_members` (1 row(s)): commit bbb,")
+  assert parts[3].endswith("`python -m experiments.compile_check --programs=gpu_members`")
+
+
 def test_parse_options_chooses_the_programs_of_the_target():
   several = cc.parse_options("tpu_v5e_8", None, "/tmp/x", "512", "256")
   assert several.programs == cc.MESH_PROGRAMS
