@@ -9,7 +9,8 @@ Two layers, both with the score function chosen by name (`SCORES`):
 - `MultiHeadAttention`: the Transformer's multi-head attention (docs/formulas.md §4)
   with any score applied per head, masks, dropout on the weights, bfloat16
   compute with float32 parameters, an autoregressive key/value cache and the
-  attention weights returned on request.
+  attention weights returned on request, or sown for diagnostics in a view
+  (`nnx.view(model, sow_attention=True)`, read with `nnx.capture`).
 
 Score names and formulas: `registry.SCORES` (Britz et al. 2017 eq. 6-7,
 Luong et al. 2015, Vaswani et al. 2017). The layers hold the entry of their
@@ -317,6 +318,22 @@ class MultiHeadAttention(nnx.Module):
     self.score_params = _add_score_params(self, spec.mha, score_kinds.Dims(
         dk, dk, dk, max_length, h, dtype, param_dtype), rngs)
     self.dropout = nnx.Dropout(dropout_rate)
+    self.sow_attention = False
+
+  def set_view(self, sow_attention: bool | None = None):
+    """`nnx.view(model, sow_attention=True)`: a view of the model whose
+    attention layers sow what they compute (see `attend`), for diagnostics
+    read with `nnx.capture(view, nnx.Intermediate)`.
+
+    Args:
+      sow_attention: True: every `attend` takes the plain kernel (the fused
+        and blockwise ones never form the weights) and sows
+        `{'scores', 'weights'}` (as `attend`'s aux) as the `nnx.Intermediate`
+        named 'attention'. Outside `nnx.capture`, Flax would store that as a
+        new variable of the module: use the view under `nnx.capture` only.
+    """
+    if sow_attention is not None:
+      self.sow_attention = sow_attention
 
   def project_query(self, inputs_q: jax.Array) -> jax.Array:
     """`[B, T, D]` -> per-head queries `[B, H, T, d_k]`."""
@@ -354,12 +371,16 @@ class MultiHeadAttention(nnx.Module):
         float32 (scores raw: before offset and mask; weights before dropout);
         otherwise aux is None.
 
-    Returns: `(out [B, T, D_out], aux)`.
+    Returns: `(out [B, T, D_out], aux)`. In a view with `sow_attention`
+    (`set_view`) the layer also sows that aux as the `nnx.Intermediate`
+    'attention', taking the plain kernel as `return_weights` does.
     """
     use_dropout = not deterministic and self.dropout_rate > 0.0
     if use_dropout and dropout_key is None:
       raise ValueError("deterministic=False with dropout needs `rngs` / a dropout key.")
-    if _hands_over(self.spec, q, k, v, return_weights or use_dropout or score_offset is not None):
+    plain_needed = (return_weights or use_dropout or score_offset is not None
+                    or self.sow_attention)
+    if _hands_over(self.spec, q, k, v, plain_needed):
       dtype = self.dtype or jnp.result_type(q, k, v)  # blockwise or fused (cuDNN on GPUs)
       masks = mask.arguments() if isinstance(mask, MaskStructure) else {"mask": mask}
       context = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
@@ -367,7 +388,6 @@ class MultiHeadAttention(nnx.Module):
       return self.out(_merge_heads(context)), None  # [B, T, D_out]
     if isinstance(mask, MaskStructure):
       mask = mask.dense(q.shape[-2], k.shape[-2])
-    plain_needed = return_weights or use_dropout or score_offset is not None
     if self.spec.mha.kernel is not None and not plain_needed:
       context = _kernel_context(self, q, k, v, mask)  # [B, H, T, d_v] or None
       if context is not None:
@@ -378,8 +398,10 @@ class MultiHeadAttention(nnx.Module):
     context, weights = attend(raw if offset is None else raw + offset, v, mask)
     if use_dropout:  # the context of the dropped-out weights
       context = _mix(self.dropout(weights, deterministic=False, rngs=dropout_key), v)
-    aux = {"scores": raw, "weights": weights} if return_weights else None
-    return self.out(_merge_heads(context)), aux  # [B, T, D_out]
+    aux = {"scores": raw, "weights": weights}
+    if self.sow_attention:
+      self.sow(nnx.Intermediate, "attention", aux)
+    return self.out(_merge_heads(context)), aux if return_weights else None  # [B, T, D_out]
 
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array | None = None, *,
                mask: jax.Array | None = None, deterministic: bool = True,

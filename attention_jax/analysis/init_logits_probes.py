@@ -39,8 +39,8 @@ class Site:
   components), scores / weights `[B, (H,) T, S]` float32, key_valid /
   query_valid bool broadcastable to the scores (key_valid carries the causal
   mask), q_valid `[B, T]`, k_valid `[B, S]`; reference_max_logit the largest
-  logit of the module as the model itself reports it (the Transformer's
-  `aux['max_logits']`), None where the model reports none.
+  logit of the module as the model's own diagnostics report it (the
+  Transformer's `diagnostics.max_logits`), None where they report none.
   """
   q: jax.Array
   k: jax.Array
@@ -99,17 +99,19 @@ def transformer_sites(model, src, tgt_in) -> list[Site]:
   """Every attention module of a Transformer on one batch, in the order of
   `attention_modules`.
 
-  One deterministic forward pass of `model(src, tgt_in, return_max_logits=True)`
-  (which makes self attention return its weights) under `nnx.capture`,
-  keeping what each `MultiHeadAttention` computed: its projected queries and
-  keys, its raw `scores` and the softmax weights of `attend`. Each site also
-  carries the model's own `aux['max_logits']` entry, against which the masks
-  built here are checked (`batch_stats`).
+  One deterministic forward pass of a view of `model` whose attention
+  modules sow their scores and weights (`diagnostics.transformer_attention`)
+  under `nnx.capture`, keeping what each `MultiHeadAttention` computed: its
+  projected queries and keys, its raw `scores` and the softmax weights it
+  sowed. Each site also carries the model's own diagnostics' largest logit
+  (`diagnostics.max_logits`), against which the masks built here are checked
+  (`batch_stats`).
   """
   pad = model.config.pad_id
   src, tgt_in = jnp.asarray(src), jnp.asarray(tgt_in)
-  (_, aux), captured = nnx.capture(model, nnx.Intermediate, method_outputs=nnx.Intermediate)(
-      src, tgt_in, return_max_logits=True)
+  _, captured = nnx.capture(nnx.view(model, sow_attention=True), nnx.Intermediate,
+                            method_outputs=nnx.Intermediate)(src, tgt_in)
+  reference = diagnostics.max_logits(diagnostics.sown_attention(model, captured, src, tgt_in))
   src_valid, tgt_valid = masks.padding(src, pad), masks.padding(tgt_in, pad)  # [B, S], [B, T]
   causal = masks.causal(tgt_in.shape[1])[None, None]  # [1, 1, T, T]
   valid = {  # kind -> (key_valid, query_valid, q_valid, k_valid)
@@ -129,9 +131,9 @@ def transformer_sites(model, src, tgt_in) -> list[Site]:
     q = _single_output(state["project_query"], where + ".project_query")
     k, _ = _single_output(state["project_kv"], where + ".project_kv")
     scores = _single_output(state["scores"], where + ".scores")
-    _, attend_aux = _single_output(state["attend"], where + ".attend")
-    sites.append(Site(_merge_heads(q), _merge_heads(k), scores, attend_aux["weights"],
-                      *valid[kind], reference_max_logit=aux["max_logits"][kind][layer]))
+    sown = _single_output(state["attention"], where + " sowing its attention")
+    sites.append(Site(_merge_heads(q), _merge_heads(k), scores, sown["weights"],
+                      *valid[kind], reference_max_logit=reference[kind][layer]))
   return sites
 
 
@@ -249,7 +251,7 @@ def batch_stats(model_name: str, model, src, tgt_in) -> list[dict[str, float]]:
                                                   abs_tol=1e-6):
       raise RuntimeError(
           f"attention module {i} of the {model_name}: largest logit {ours} under the "
-          f"masks here, {reference} in the model's aux['max_logits'].")
+          f"masks here, {reference} in the model's diagnostics.")
     out.append(stats)
   return out
 

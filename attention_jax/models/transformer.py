@@ -142,21 +142,12 @@ class EncoderLayer(_Block):
     self.self_attn = self._mha(config, rngs)
     self.ffn = FeedForward(config, rngs=rngs)
 
-  def __call__(self, x, mask, *, deterministic: bool = True, key=None,
-               self_aux: list | None = None):
-    """x `[B, S, D]`, mask bool `[B, 1, S, S]` or a `MaskStructure` -> `[B, S, D]`.
-
-    `self_aux`: a list to which the self attention's `{'scores', 'weights'}`
-    `[B, H, S, S]` is appended (the plain kernel then; diagnostics only), as
-    in `DecoderLayer`.
-    """
+  def __call__(self, x, mask, *, deterministic: bool = True, key=None):
+    """x `[B, S, D]`, mask bool `[B, 1, S, S]` or a `MaskStructure` -> `[B, S, D]`."""
     k_attn, k_res1, k_res2 = common.split_key(key, 3)
-    x, aux = self._residual(
-        0, x, lambda h: self.self_attn(h, mask=mask, deterministic=deterministic,
-                                       rngs=k_attn, return_weights=self_aux is not None),
+    x, _ = self._residual(
+        0, x, lambda h: self.self_attn(h, mask=mask, deterministic=deterministic, rngs=k_attn),
         deterministic, k_res1)
-    if self_aux is not None:
-      self_aux.append(aux)
     x, _ = self._residual(1, x, lambda h: (self.ffn(h), None), deterministic, k_res2)
     return x
 
@@ -172,7 +163,7 @@ class DecoderLayer(_Block):
 
   def __call__(self, x, memory_kv, *, self_mask=None, cross_mask=None,
                deterministic: bool = True, key=None, score_offset=None,
-               cache=None, index=None, self_aux: list | None = None):
+               cache=None, index=None):
     """One decoder layer.
 
     Args:
@@ -187,9 +178,6 @@ class DecoderLayer(_Block):
       With beam search x is `[B·K, 1, D]` (K hypotheses per sentence) while
       `memory_kv` and `cross_mask` keep one copy per sentence: the K beams
       are then K queries of the cross attention.
-      self_aux: a list (training forward only) to which the self attention's
-        `{'scores', 'weights'}` `[B, H, T, T]` is appended (it costs the
-        fused kernel, so only diagnostics ask for it).
 
     Returns:
       `(x [B, T, D], cross_aux {'scores', 'weights'} [B, H, T, S], new cache)`.
@@ -200,10 +188,7 @@ class DecoderLayer(_Block):
     def self_attention(h):
       nonlocal new_cache
       if cache is None:
-        out, aux = self.self_attn(h, mask=self_mask, deterministic=deterministic,
-                                  rngs=k_self, return_weights=self_aux is not None)
-        if self_aux is not None:
-          self_aux.append(aux)
+        out, _ = self.self_attn(h, mask=self_mask, deterministic=deterministic, rngs=k_self)
         return out, None
       out, new_cache, _ = self.self_attn.decode_step(h, cache, index)
       return out, None
@@ -229,7 +214,7 @@ class DecoderLayer(_Block):
 
 
 # Every attention module of the Transformer by (layer list, sub-layer) attribute,
-# named by its kind; `aux['max_logits']` and the diagnostics use these names.
+# named by its kind; `attention_masks` and the diagnostics use these names.
 ATTENTION_KINDS = {("encoder_layers", "self_attn"): "encoder_self",
                    ("decoder_layers", "self_attn"): "decoder_self",
                    ("decoder_layers", "cross_attn"): "cross"}
@@ -310,9 +295,7 @@ class Transformer(nnx.Module):
     self._check_length(src.shape[1], "src")
     return self._encode(src, deterministic, None if deterministic else dropout_key(rngs))
 
-  def _encode(self, src, deterministic, key, self_aux: list | None = None):
-    """The encoder; appends each layer's self-attention `{'scores',
-    'weights'}` to `self_aux` when given."""
+  def _encode(self, src, deterministic, key):
     c = self.config
     keys = common.split_key(key, c.num_encoder_layers + 1)
     table = self.embed if c.share_embeddings else self.src_embed
@@ -320,14 +303,13 @@ class Transformer(nnx.Module):
     lengths = masks.lengths(src, c.pad_id)  # [B]: a sentence ends at its first pad
     mask = MaskStructure(query_lengths=lengths, key_lengths=lengths)  # [B, 1, S, S]
     for layer, k in zip(self.encoder_layers, keys[1:]):
-      x = layer(x, mask, deterministic=deterministic, key=k, self_aux=self_aux)
+      x = layer(x, mask, deterministic=deterministic, key=k)
     if c.pre_layer_norm:
       x = self.encoder_norm(x)
     return x  # [B, S, D]
 
   def __call__(self, src: jax.Array, tgt_in: jax.Array, *, deterministic: bool = True,
-               rngs=None, score_offset: jax.Array | None = None,
-               return_max_logits: bool = False, return_attention: bool = False):
+               rngs=None, score_offset: jax.Array | None = None):
     """Teacher-forced forward pass.
 
     Args:
@@ -336,21 +318,20 @@ class Transformer(nnx.Module):
       deterministic: False enables dropout, drawing from `rngs`.
       rngs: `nnx.Rngs` with a 'dropout' stream (or a jax key).
       score_offset: float `[N, B, H, T, S]` added to every decoder layer's raw
-        cross-attention scores before the softmax.
-      return_max_logits: also return `aux['max_logits']`, the largest raw
-        attention logit (over batch, heads and valid query/key pairs) of
-        every layer: `{'encoder_self': [N_enc], 'decoder_self': [N],
-        'cross': [N]}` float32 (self attention then takes the plain kernel).
-      return_attention: also return `aux['attention']`: for every kind
-        (`ATTENTION_KINDS`) a list over layers of `{'scores', 'weights'}`
-        `[B, H, T, S]` float32 with `key_valid` and `query_valid`, bool masks
-        broadcastable to them (padding and, for decoder self attention,
-        causality), for per-layer softmax diagnostics.
+        cross-attention scores before the softmax: an input, not a switch
+        (the trainer's diagnostics differentiate the loss with respect to
+        it, as for the RNN's `score_offset`).
 
     Returns:
       `(logits [B, T, V] float32, aux)`; aux `scores` / `weights` float32
       `[N, B, H, T, S]` (cross attention of every decoder layer; scores raw,
       before offset and mask) and `key_valid` bool `[1, B, 1, 1, S]`.
+
+    The self attentions' scores and weights are not returned (the fused
+    kernels never form them): a view with `sow_attention`
+    (`MultiHeadAttention.set_view`) makes every attention module sow its own
+    under `nnx.capture` (`training.diagnostics.transformer_attention`), and
+    `attention_masks` says which of their entries are real.
     """
     c = self.config
     src = common.tokens(src, "src")
@@ -368,17 +349,13 @@ class Transformer(nnx.Module):
     if not deterministic and key is None and (c.dropout > 0 or c.attention_dropout > 0):
       raise ValueError("deterministic=False needs `rngs` (an nnx.Rngs with a 'dropout' stream).")
     k_enc, k_dec = common.split_key(key, 2)
-    per_layer = return_max_logits or return_attention
-    encoder_aux = [] if per_layer else None
-    memory = self._encode(src, deterministic, k_enc, encoder_aux)
+    memory = self._encode(src, deterministic, k_enc)
 
     keys = common.split_key(k_dec, c.num_layers + 1)
     x = self._embed(tgt_in, self.embed, deterministic=deterministic, key=keys[0])
     # A sentence ends at its first pad (`masks.prefix`), in the dense masks as in
     # the lengths of the self attentions' `MaskStructure`.
     src_valid = masks.prefix(src, c.pad_id)  # [B, S]
-    tgt_valid = masks.prefix(tgt_in, c.pad_id)  # [B, T]
-    self_mask = masks.combine(masks.causal(t), tgt_valid[:, None, None, :])  # [B, 1, T, T]
     # The self attentions get their masks as structure (`MaskStructure`), so
     # that on GPUs cuDNN applies them inside its fused kernel; the cross
     # attention returns its weights (alignment, diagnostics), so it always
@@ -386,13 +363,11 @@ class Transformer(nnx.Module):
     self_structure = MaskStructure(causal=True, key_lengths=masks.lengths(tgt_in, c.pad_id))
     cross_mask = src_valid[:, None, None, :]  # [B, 1, 1, S]
     all_scores, all_weights = [], []
-    self_aux = [] if per_layer else None
     for i, (layer, k) in enumerate(zip(self.decoder_layers, keys[1:])):
       x, cross, _ = layer(
           x, layer.cross_attn.project_kv(memory), self_mask=self_structure,
           cross_mask=cross_mask, deterministic=deterministic, key=k,
-          score_offset=None if score_offset is None else score_offset[i],
-          self_aux=self_aux)
+          score_offset=None if score_offset is None else score_offset[i])
       all_scores.append(cross["scores"])
       all_weights.append(cross["weights"])
     if c.pre_layer_norm:
@@ -400,29 +375,23 @@ class Transformer(nnx.Module):
     aux = {"scores": jnp.stack(all_scores),  # [N, B, H, T, S]
            "weights": jnp.stack(all_weights),  # [N, B, H, T, S]
            "key_valid": src_valid[None, :, None, None, :]}  # [1, B, 1, 1, S]
-    query_valid = tgt_valid[:, None, :, None]  # [B, 1, T, 1]: padding queries left out
-    encoder_mask = masks.cross(src_valid, src_valid)  # [B, 1, S, S]
-    if return_attention:
-      def layers_of(auxes, key_valid, rows):
-        return [{"scores": a["scores"], "weights": a["weights"], "key_valid": key_valid,
-                 "query_valid": rows} for a in auxes]
-      aux["attention"] = {
-          "encoder_self": layers_of(encoder_aux, src_valid[:, None, None, :],
-                                    src_valid[:, None, :, None]),
-          "decoder_self": layers_of(self_aux, self_mask, query_valid),
-          "cross": layers_of([{"scores": s, "weights": w}
-                              for s, w in zip(all_scores, all_weights)],
-                             cross_mask, query_valid)}
-    if return_max_logits:
-      aux["max_logits"] = {
-          "encoder_self": jnp.stack([common.masked_max(a["scores"], encoder_mask)
-                                     for a in encoder_aux]),  # [N_enc]
-          "decoder_self": jnp.stack([common.masked_max(a["scores"], self_mask & query_valid)
-                                     for a in self_aux]),  # [N]
-          "cross": jnp.stack([common.masked_max(s, cross_mask & query_valid)
-                              for s in all_scores]),  # [N]
-      }
     return self.logits(x), aux
+
+  def attention_masks(self, src: jax.Array, tgt_in: jax.Array) -> dict[str, tuple]:
+    """Which entries of each kind's scores `[B, H, T, S]` (`ATTENTION_KINDS`)
+    are real in `self(src, tgt_in)`: `{kind: (key_valid, query_valid)}`,
+    bool masks broadcastable to them (padding, for decoder self attention
+    also causality; a sentence ends at its first pad, as in the model)."""
+    c = self.config
+    src_valid = masks.prefix(common.tokens(src, "src"), c.pad_id)  # [B, S]
+    tgt_valid = masks.prefix(common.tokens(tgt_in, "tgt_in"), c.pad_id)  # [B, T]
+    causal = masks.causal(tgt_valid.shape[1])
+    query_valid = tgt_valid[:, None, :, None]  # [B, 1, T, 1]
+    return {
+        "encoder_self": (src_valid[:, None, None, :], src_valid[:, None, :, None]),
+        "decoder_self": (masks.combine(causal, tgt_valid[:, None, None, :]),  # [B, 1, T, T]
+                         query_valid),
+        "cross": (src_valid[:, None, None, :], query_valid)}
 
   # -- incremental decoding --------------------------------------------------
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
 from attention_jax import registry
 from attention_jax.models import common
@@ -80,9 +81,67 @@ def softmax_stats(scores: jax.Array, weights: jax.Array, key_valid: jax.Array,
   }
 
 
+def transformer_attention(model, src: jax.Array, tgt_in: jax.Array, **kwargs):
+  """`model(src, tgt_in, **kwargs)` of a `Transformer`, and what every one of
+  its attention modules computed in that pass.
+
+  The modules sow their raw scores and weights (a view with
+  `sow_attention`, `layers.MultiHeadAttention.set_view`), read back with
+  `nnx.capture`; sowing makes the self attentions take the plain kernel,
+  since the fused and blockwise ones never form the weights, and leaves
+  `model` itself as it was.
+
+  Returns:
+    `(model's outputs, attention)`; attention per kind (`ATTENTION_KINDS`) a
+    list over layers of `{'scores', 'weights', 'key_valid', 'query_valid'}`:
+    scores raw (before offset and mask) and weights (before dropout) float32
+    `[B, H, T, S]`, the masks from `model.attention_masks`.
+  """
+  sowing = nnx.view(model, sow_attention=True)
+  outputs, sown = nnx.capture(sowing, nnx.Intermediate)(src, tgt_in, **kwargs)
+  return outputs, sown_attention(model, sown, src, tgt_in)
+
+
+def sown_attention(model, sown, src: jax.Array, tgt_in: jax.Array) -> dict[str, list]:
+  """The `attention` of `transformer_attention` from the `nnx.Intermediate`
+  state `sown` that `nnx.capture` of a sowing view of `model` returned on
+  `(src, tgt_in)` (each module must have attended exactly once)."""
+  valid = model.attention_masks(src, tgt_in)
+  attention = {}
+  for (stack, sub), kind in ATTENTION_KINDS.items():
+    key_valid, query_valid = valid[kind]
+    attention[kind] = []
+    for i in range(len(getattr(model, stack))):
+      values = _sown_values(sown, (stack, i, sub, "attention"))
+      if len(values) != 1:
+        raise RuntimeError(f"{stack}[{i}].{sub} sowed its attention {len(values)} times in "
+                           "one forward pass; expected once.")
+      attention[kind].append({"scores": values[0]["scores"], "weights": values[0]["weights"],
+                              "key_valid": key_valid, "query_valid": query_valid})
+  return attention
+
+
+def _sown_values(sown, path) -> tuple:
+  """The values sown at `path` of the captured state; () where none were."""
+  for key in path:
+    if key not in sown:
+      return ()
+    sown = sown[key]
+  return sown.get_value()
+
+
+def max_logits(attention: dict[str, list]) -> dict[str, jax.Array]:
+  """The largest raw logit at a real (query, key) pair, over batch and heads,
+  of every module of `transformer_attention`'s `attention`: per kind float32
+  `[layers]`."""
+  return {kind: jnp.stack([common.masked_max(a["scores"], a["key_valid"] & a["query_valid"])
+                           for a in layers])
+          for kind, layers in attention.items()}
+
+
 def per_layer_stats(attention: dict[str, list],
                     target_valid: jax.Array | None = None) -> dict[str, jax.Array]:
-  """The Transformer's `aux['attention']` (per kind, a list over layers of
+  """`transformer_attention`'s `attention` (per kind, a list over layers of
   `{'scores', 'weights', 'key_valid', 'query_valid'}`) -> `softmax_stats` of
   every module, flat: `logit_std_cross_l0`, `entropy_encoder_self_l1`,
   `saturated_decoder_self_l0`, `max_logit_cross_l1`, ...

@@ -143,10 +143,6 @@ class EnsembleTrainer:
 
   # --- compiled functions -------------------------------------------------
 
-  def _apply(self, params, rest, src, tgt_in, **kw):
-    model = nnx.merge(self.graphdef, params, rest)
-    return model(src, tgt_in, **kw)
-
   def _build_train_step(self):
     opt = self.run_config.optimizer
     step = functools.partial(steps.train_step, self.graphdef, self.tx, pad_id=self.tok.pad_id,
@@ -174,13 +170,20 @@ class EnsembleTrainer:
   def _build_diag_step(self):
     pad, ls = self.tok.pad_id, self.run_config.optimizer.label_smoothing
 
-    # The Transformer also reports every statistic per layer and kind.
-    per_layer = dict(return_attention=True) if self.run_config.family == "transformer" else {}
+    # The Transformer also reports every statistic per layer and kind, from
+    # what its attention modules sow (`diagnostics.transformer_attention`).
+    per_layer = self.run_config.family == "transformer"
     logged = registry.get(self.arm.score).logged_params if self.arm.has_attention else {}
 
     def member(params, rest, src, tgt_in, tgt_out):
-      model_out = lambda off: self._apply(params, rest, src, tgt_in, deterministic=True,
-                                          score_offset=off, **per_layer)
+      def model_out(off):
+        model = nnx.merge(self.graphdef, params, rest)
+        if not per_layer:
+          return model(src, tgt_in, deterministic=True, score_offset=off)
+        (logits, aux), attention = diagnostics.transformer_attention(
+            model, src, tgt_in, deterministic=True, score_offset=off)
+        return logits, dict(aux, attention=attention)
+
       scores_shape = jax.eval_shape(lambda: model_out(None)[1]["scores"])  # no compute
       if scores_shape is None:  # no attention: nothing to look inside
         nan = jnp.float32(jnp.nan)

@@ -12,6 +12,7 @@ from attention_jax import layers as layers_lib
 from attention_jax.layers import SCORES
 from attention_jax.models import Transformer, TransformerConfig, count_params, create_ensemble
 from attention_jax.models import transformer
+from attention_jax.training import diagnostics
 from tests.models import synthetic_task
 from tests.models.synthetic_task import encode, forward
 
@@ -330,10 +331,10 @@ def test_max_logits_per_layer_and_kind_match_the_scores_by_hand():
   pad = config.pad_id
   src = jnp.asarray([[5, 6, 7, 8, 1], [9, 10, 1, pad, pad]])  # [B, S]
   tgt = jnp.asarray([[2, 5, 6, 7], [2, 9, pad, pad]])  # [B, T]
-  logits, aux = model(src, tgt, return_max_logits=True)
+  (logits, aux), attention = diagnostics.transformer_attention(model, src, tgt)
   plain_logits, _ = model(src, tgt)
   np.testing.assert_allclose(logits, plain_logits, rtol=1e-6, atol=1e-6)  # diagnostics only
-  peaks = aux["max_logits"]
+  peaks = diagnostics.max_logits(attention)
   assert {k: v.shape for k, v in peaks.items()} == {
       "encoder_self": (1,), "decoder_self": (2,), "cross": (2,)}
   # every kind is named after one module the diagnostics can find in the params
@@ -360,3 +361,55 @@ def test_max_logits_per_layer_and_kind_match_the_scores_by_hand():
   want = max(dec[b, :, q, k].max() for b in range(2) for q in range(4) for k in range(q + 1)
              if tgt_valid[b, q] and tgt_valid[b, k])
   np.testing.assert_allclose(peaks["decoder_self"][0], want, rtol=1e-6)
+  # what the modules sowed is what the model computed: the cross attention's
+  # scores and weights are also the model's outputs, and every module's
+  # weights are the softmax of its scores over the real keys
+  for i, a in enumerate(attention["cross"]):
+    np.testing.assert_array_equal(a["scores"], aux["scores"][i])
+    np.testing.assert_array_equal(a["weights"], aux["weights"][i])
+  for kind, modules in attention.items():
+    for a in modules:
+      scores = np.asarray(a["scores"], np.float64)
+      keys = np.broadcast_to(a["key_valid"], scores.shape)
+      e = np.where(keys, np.exp(scores - np.where(keys, scores, -np.inf).max(-1, keepdims=True)),
+                   0.0)
+      rows = np.broadcast_to(a["query_valid"], scores.shape)
+      np.testing.assert_allclose(np.where(rows, a["weights"], 0.0),
+                                 np.where(rows, e / e.sum(-1, keepdims=True), 0.0),
+                                 atol=1e-6, err_msg=kind)
+  # and the model itself keeps nothing of it
+  assert not nnx.state(model, nnx.Intermediate)
+  assert not model.encoder_layers[0].self_attn.sow_attention
+
+
+def test_diagnostics_take_the_plain_kernel_where_a_fused_one_would_run(monkeypatch):
+  # A fused kernel (cuDNN) never forms the weights: where one would run, the
+  # diagnostics' pass computes the self attentions in the plain kernel, with
+  # the training forward's numbers, while the training forward hands over.
+  model = model_of(small(dropout=0.0))
+  calls = []
+  real = layers_lib.attention
+
+  def recording(q, k, v, **kw):
+    calls.append(kw)
+    return real(q, k, v, **kw)
+
+  monkeypatch.setattr(layers_lib, "attention", recording)
+  monkeypatch.setattr(layers_lib, "select_implementation",
+                      lambda *a, return_weights=False, **k: "plain" if return_weights else "fused")
+  want, _ = model(SRC, TGT_IN)
+  assert len(calls) == 4  # 2 encoder, 2 decoder self attentions handed over
+  (got, _), attention = diagnostics.transformer_attention(model, SRC, TGT_IN)
+  assert len(calls) == 4  # none handed over
+  np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+  assert [len(attention[k]) for k in ("encoder_self", "decoder_self", "cross")] == [2, 2, 2]
+
+
+def test_no_layer_takes_a_diagnostics_switch():
+  # The diagnostics read what the attention modules sow; the layers' and the
+  # model's calls take only what changes their outputs.
+  import inspect
+  switches = {"self_aux", "return_attention", "return_max_logits", "return_weights"}
+  for call in (transformer.EncoderLayer.__call__, transformer.DecoderLayer.__call__,
+               Transformer.__call__, Transformer.encode):
+    assert not switches & set(inspect.signature(call).parameters), call.__qualname__
