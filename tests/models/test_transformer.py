@@ -297,14 +297,24 @@ def test_ensemble_of_seeds_equals_separately_built_models():
 _FAST_SCORES = ("scaled_dot",)
 
 
+def _copy_task(score):
+  """The copy task: sentences of 5-15 symbols for the scores `make test-all`
+  runs; for the default suite's score, 256 pairs of 5-8 symbols, which the
+  model learns in about 150 steps instead of 250 over sentences twice as long
+  (18 s against 40 s on the loaded 2-core Xeon, 2026-11-27): the same
+  property, a model that routes every symbol to its place, at half the cost."""
+  if score in _FAST_SCORES:
+    return synthetic_task.make_task(256, 16, task="copy", max_len=8)
+  return synthetic_task.make_task(512, 16, task="copy")
+
+
 @pytest.mark.parametrize("score", [
     pytest.param(s, marks=() if s in _FAST_SCORES else pytest.mark.slow) for s in SCORES])
 def test_overfits_copy_task(score):
   config = TransformerConfig(16, num_layers=2, d_model=64, num_heads=4, d_ff=128,
                              dropout=0.0, score=score, max_length=16)
-  data = synthetic_task.make_task(512, 16, task="copy")
   accuracy, steps, seconds = synthetic_task.train_to_accuracy(
-      model_of(config), data, max_steps=2000, learning_rate=1e-3)
+      model_of(config), _copy_task(score), max_steps=2000, learning_rate=1e-3)
   assert accuracy >= 0.99, (score, accuracy, steps, seconds)
 
 
