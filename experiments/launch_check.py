@@ -75,9 +75,23 @@ def merge(rows: list[dict], new: dict) -> list[dict]:
   return out + [new]
 
 
-# The H200 measurement of the `gpu` preset's step (results/gpu_h200): one
-# cell, compiled with jax 0.11.2's default flags.
-MEASURED = {("additive d=1024", "default"): ("21 ms (H200, measured; results/gpu_h200)")}
+# H200 measurements of the `gpu` preset's step, jax 0.11.2's default flags, each
+# beside the rows of the code it ran: (case, variant, the row's commit) -> text.
+# A measurement belongs to a program, so a row compiled at another commit shows
+# none until it is measured. f0c83c5's rows are the per-step step (measured at
+# 25d01e3 and 2e072a6, the same model code); 26b2a20's row is the hoisted and
+# unrolled step (81e5644's form, measured at 77d43da).
+MEASURED = {
+    ("additive d=1024", "default", "f0c83c5"):
+        "21-23 ms (H200, per-step code; results/gpu_h200)",
+    ("additive d=1024", "default", "26b2a20"):
+        "18.6-19.0 ms (H200, 77d43da; results/gpu_h200/2026-11-27b)",
+}
+
+
+def measured(row: dict) -> str:
+  """The H200 measurement of the program `row` compiled, or ''."""
+  return MEASURED.get((row["case"], row["variant"], str(row.get("commit", ""))[:7]), "")
 
 
 def table(rows: list[dict]) -> str:
@@ -94,7 +108,7 @@ def table(rows: list[dict]) -> str:
         f"| {r['case']} | {r['variant']} | {r['kernels']:,} | {r['thunk_kernels']:,} | "
         f"{r['launches']:,} | {r['command_buffers']:,} | {r['host_iterations']:,} | "
         f"{1e3 * r['predicted_s']:.1f} ms | {1e3 * r['predicted_launch_s']:.1f} ms | "
-        f"{MEASURED.get((r['case'], r['variant']), '')} |")
+        f"{measured(r)} |")
   sweeps = []
   for variant in VARIANTS:
     chosen = [r for r in rows if r["variant"] == variant]

@@ -24,9 +24,12 @@ def test_merge_replaces_the_same_case_and_variant_only():
 
 
 def test_table_marks_the_measured_cell_and_sums_the_sweep_only_when_whole():
-  rows = [_row("additive d=1024", "default", 7773)]
+  rows = [dict(_row("additive d=1024", "default", 7773), commit="f0c83c5+dirty")]
   text = launch_check.table(rows)
-  assert "| 7,773 |" in text and "21 ms (H200, measured" in text
+  assert "| 7,773 |" in text and "21-23 ms (H200, per-step code" in text
+  # the same cell compiled at another commit is another program: no measurement
+  assert "H200" not in launch_check.table([dict(rows[0], commit="d4095aa")])
+  assert "H200" not in launch_check.table([_row("additive d=1024", "default", 7773)])
   assert "predicted at" not in text  # one cell of 12: no sweep total
   whole = [_row(f"additive d={d}", "default", 7773) for d in (128, 256, 512, 1024)] * 3
   for i, r in enumerate(whole):
