@@ -19,33 +19,6 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_backend_optimization_level=0").strip()
 
-# Many tests compile the same programs again: each builds its own small model,
-# and the end-to-end tests start drivers that build the same smoke-sized runs.
-# JAX's persistent compilation cache, one folder for the whole pytest run (set
-# here in the first process, inherited by the xdist workers and by every driver
-# a test starts), turns those repeats into reads. Every program is cached (no
-# minimum compile time); a size limit makes JAX lock the folder (`filelock`)
-# around each read and write, since several processes share it. The cache key
-# covers the program, the compile options and XLA_FLAGS, so a hit is the same
-# executable. The folder is removed when the run ends; a JAX_COMPILATION_CACHE_DIR
-# already set is used as it is (and kept), e.g. to reuse one across runs.
-_OWN_CACHE = None
-if not os.environ.get("JAX_COMPILATION_CACHE_DIR"):
-  import tempfile
-  _OWN_CACHE = tempfile.mkdtemp(prefix="attention_jax_tests_jax_cache_")
-  os.environ["JAX_COMPILATION_CACHE_DIR"] = _OWN_CACHE
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
-  os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "0")
-  os.environ.setdefault("JAX_COMPILATION_CACHE_MAX_SIZE", str(8 << 30))
-
-
-def pytest_unconfigure(config):
-  """Removes the run's compilation cache, in the process that made it."""
-  del config
-  if _OWN_CACHE is not None:
-    import shutil
-    shutil.rmtree(_OWN_CACHE, ignore_errors=True)
-
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
