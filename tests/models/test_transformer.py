@@ -116,12 +116,10 @@ def test_forward_shapes_and_cross_attention(name):
   assert np.all(np.isfinite(np.asarray(aux["scores"])))
 
 
-def test_self_attentions_pass_their_masks_as_structure(monkeypatch):
-  # So that on GPUs cuDNN applies the causal and padding masks inside its fused
-  # kernel (a dense mask reaches it as a bias). Handed over here (CPU: computed
-  # by `attention`'s plain kernel), the logits are those of the dense masks.
-  model = model_of(small(dropout=0.0))
-  want, _ = model(SRC, TGT_IN)  # not the jitted `forward`: its cache would skip tracing
+def _record_fused_handovers(monkeypatch):
+  """Makes every attention that needs no weights choose the fused kernel and
+  records the keyword arguments of each call handed to `layers.attention`
+  (computed there by its plain kernel on CPU). Returns the list of calls."""
   calls = []
   real = layers_lib.attention
 
@@ -132,6 +130,16 @@ def test_self_attentions_pass_their_masks_as_structure(monkeypatch):
   monkeypatch.setattr(layers_lib, "attention", recording)
   monkeypatch.setattr(layers_lib, "select_implementation",
                       lambda *a, return_weights=False, **k: "plain" if return_weights else "fused")
+  return calls
+
+
+def test_self_attentions_pass_their_masks_as_structure(monkeypatch):
+  # So that on GPUs cuDNN applies the causal and padding masks inside its fused
+  # kernel (a dense mask reaches it as a bias). Handed over here (CPU: computed
+  # by `attention`'s plain kernel), the logits are those of the dense masks.
+  model = model_of(small(dropout=0.0))
+  want, _ = model(SRC, TGT_IN)  # not the jitted `forward`: its cache would skip tracing
+  calls = _record_fused_handovers(monkeypatch)
   got, _ = model(SRC, TGT_IN)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
   assert len(calls) == 4 and all(c.get("mask") is None for c in calls)  # 2 encoder, 2 decoder
@@ -397,16 +405,7 @@ def test_diagnostics_take_the_plain_kernel_where_a_fused_one_would_run(monkeypat
   # diagnostics' pass computes the self attentions in the plain kernel, with
   # the training forward's numbers, while the training forward hands over.
   model = model_of(small(dropout=0.0))
-  calls = []
-  real = layers_lib.attention
-
-  def recording(q, k, v, **kw):
-    calls.append(kw)
-    return real(q, k, v, **kw)
-
-  monkeypatch.setattr(layers_lib, "attention", recording)
-  monkeypatch.setattr(layers_lib, "select_implementation",
-                      lambda *a, return_weights=False, **k: "plain" if return_weights else "fused")
+  calls = _record_fused_handovers(monkeypatch)
   want, _ = model(SRC, TGT_IN)
   assert len(calls) == 4  # 2 encoder, 2 decoder self attentions handed over
   (got, _), attention = diagnostics.transformer_attention(model, SRC, TGT_IN)
