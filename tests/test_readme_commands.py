@@ -69,15 +69,58 @@ def _documented():
 DOCUMENTED = _documented()
 
 
-def _module_flags(module: str) -> dict[str, list | None]:
+# Prints each module's `--helpfull` in turn: the modules every driver imports
+# (JAX, Flax, the library) are imported once, then each module runs as
+# `__main__` with `--helpfull` in a child forked from there (before any JAX
+# backend starts), as `python -m MODULE --helpfull` runs it but without paying
+# the interpreter's and JAX's start-up (most of its 2 s) once per module.
+_HELP_SCRIPT = r"""
+import json, os, runpy, sys
+import absl.app, absl.flags, jax, flax.nnx, numpy, attention_jax
+out = {}
+for module in sys.argv[1:]:
+  path = f"/tmp/helpfull_{os.getpid()}_{module}"
+  pid = os.fork()
+  if pid == 0:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.argv = [module, "--helpfull"]
+    code = 0
+    try:
+      runpy.run_module(module, run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+      code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+      import traceback
+      traceback.print_exc()
+      code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+  os.waitpid(pid, 0)
+  with open(path) as f:
+    out[module] = f.read()
+  os.remove(path)
+print(json.dumps(out))
+"""
+
+
+def _helpfull(modules: list[str]) -> dict[str, str]:
+  """Each module's `--helpfull` output (`_HELP_SCRIPT`), from one process."""
+  proc = subprocess.run([sys.executable, "-c", _HELP_SCRIPT, *modules], cwd=ROOT,
+                        capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _module_flags(module: str, helpfull: dict[str, str]) -> dict[str, list | None]:
   """The flags a driver accepts, from its own `--helpfull` (some define
   theirs in `main`): name -> enum values or None."""
-  proc = subprocess.run([sys.executable, "-m", module, "--helpfull"], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300)
-  assert "--helpfull" in proc.stdout or "--" in proc.stdout, (
-      f"{module} --helpfull printed no flags: {proc.stderr[-2000:]}")
+  text = helpfull[module]
+  assert "--helpfull" in text or "--" in text, f"{module} --helpfull printed no flags: {text[-2000:]}"
   found = {}
-  for name, enum in re.findall(r"^\s+--(?:\[no\])?(\w+):\s*(<[^>]*>)?", proc.stdout, re.M):
+  for name, enum in re.findall(r"^\s+--(?:\[no\])?(\w+):\s*(<[^>]*>)?", text, re.M):
     found[name] = enum[1:-1].split("|") if enum else None
   return found
 
@@ -109,13 +152,19 @@ def test_the_readme_activates_the_venv_before_its_first_python_command():
   assert activate < first_python
 
 
+@pytest.fixture(scope="module")
+def helpfull():
+  return _helpfull([m for m in sorted(PYTHON_COMMANDS) if m != "pytest" and os.path.exists(
+      os.path.join(ROOT, *m.split(".")) + ".py")])
+
+
 @pytest.mark.parametrize("module", sorted(PYTHON_COMMANDS))
-def test_each_documented_python_command_names_a_module_and_flags_that_exist(module):
+def test_each_documented_python_command_names_a_module_and_flags_that_exist(module, helpfull):
   assert module.startswith(("experiments.", "pytest")), module
   if module == "pytest":
     return
   assert os.path.exists(os.path.join(ROOT, *module.split(".")) + ".py"), module
-  defined = _module_flags(module)
+  defined = _module_flags(module, helpfull)
   for doc, args in PYTHON_COMMANDS[module]:
     for arg in args:
       if not arg.startswith("--"):

@@ -115,13 +115,6 @@ def test_a_killed_benchmark_is_completed_by_the_same_command_without_duplicates(
   assert "appended 0 rows" in third.stdout and "4 cases were there already" in third.stdout
 
 
-def test_max_minutes_flag_is_checked_before_any_work(tmp_path):
-  p = subprocess.run(_command(tmp_path / "w", "--max_minutes=0"), cwd=ROOT,
-                     capture_output=True, text=True, timeout=300)
-  assert p.returncode != 0 and "error: `--max_minutes` must be > 0" in p.stderr
-  assert not (tmp_path / "w").exists()
-
-
 def _errors(proc):
   """The lines of stderr but absl's INFO and WARNING records (JAX's backend search)."""
   return [l for l in proc.stderr.splitlines() if l.strip() and not l.startswith(("I1", "W1"))]
@@ -132,26 +125,71 @@ def _row_line(t, impl, **fields):
                      "time_min_s": 1e-3, "time_max_s": 1e-3, **MACHINE, **fields}) + "\n"
 
 
-@pytest.mark.parametrize("line,needle", [
+_DAMAGED = [
     ('[1, 2]\n', "a JSON list"),
     (_row_line(16, "naive", time_median_s="abc"), "`time_median_s` is 'abc'"),
     (_row_line(16, "naive", status=None), "`status` is None"),
     (_row_line(16, "naive", causal="no"), "`causal`"),
-])
-def test_a_row_of_the_wrong_shape_is_named_with_its_line(tmp_path, line, needle):
-  # It crashed the report (a time of "abc" reached the number formatting).
-  path = tmp_path / "benchmark.jsonl"
+]
+
+
+def _damaged_file(folder, line):
+  path = folder / "benchmark.jsonl"
   path.write_text(_row_line(8, "naive") + '{"suite": "kernels", "impl": "cu\n' + line)
+  return path
+
+
+@pytest.fixture(scope="module")
+def report_only_calls(tmp_path_factory, run_refusals):
+  """The driver's `main` on every command line of the tests below but the one
+  run as a real process, in one process (tests/experiments/conftest.py), each
+  with a workdir of its own made ready first: name -> (result, workdir, what
+  its benchmark.jsonl held before)."""
+  calls = {}
+  w = tmp_path_factory.mktemp("max_minutes_0")
+  calls["max_minutes=0"] = (w / "w", ["--max_minutes=0"])
+  for i, (line, _) in enumerate(_DAMAGED):
+    w = tmp_path_factory.mktemp(f"damaged{i}")
+    _damaged_file(w, line)
+    calls[f"damaged{i}"] = (w, ["--report_only"])
+  w = tmp_path_factory.mktemp("absent")
+  calls["absent workdir"] = (w / "absent", ["--report_only"])
+  w = tmp_path_factory.mktemp("other_settings")
+  (w / "benchmark.jsonl").write_text(_row_line(64, "naive"))  # T = 64: not of these settings
+  calls["other settings"] = (w, ["--report_only"])
+  w = tmp_path_factory.mktemp("two_of_eight")
+  (w / "benchmark.jsonl").write_text(_row_line(8, "naive") + _row_line(8, "scaled_dot"))
+  calls["two of eight"] = (w, ["--report_only"])
+  held = {name: (workdir / "benchmark.jsonl").read_text() if workdir.exists() else None
+          for name, (workdir, _) in calls.items()}
+  results = run_refusals("experiments.benchmark",
+                         [(_command(workdir, *extra)[3:], ROOT)
+                          for workdir, extra in calls.values()])
+  return {name: (result, workdir, held[name])
+          for (name, (workdir, _)), result in zip(calls.items(), results)}
+
+
+def test_max_minutes_flag_is_checked_before_any_work(report_only_calls):
+  p, workdir, _ = report_only_calls["max_minutes=0"]
+  assert p.returncode != 0 and "error: `--max_minutes` must be > 0" in p.stderr
+  assert not workdir.exists()
+
+
+@pytest.mark.parametrize("i, needle", [(i, needle) for i, (_, needle) in enumerate(_DAMAGED)])
+def test_a_row_of_the_wrong_shape_is_named_with_its_line(tmp_path, report_only_calls, i,
+                                                         needle):
+  # It crashed the report (a time of "abc" reached the number formatting).
+  path = _damaged_file(tmp_path, _DAMAGED[i][0])
   with pytest.raises(ValueError) as info:
     jsonl.read_rows(str(path))
   message = str(info.value)
   assert f"{path} line 3 is damaged" in message and needle in message and "\n" not in message
-  before = path.read_text()
-  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
-                        text=True, timeout=300)
+  # the driver's --report_only on the same file (in a folder of its own)
+  proc, workdir, held = report_only_calls[f"damaged{i}"]
+  path = workdir / "benchmark.jsonl"
   err = _errors(proc)
   assert proc.returncode == 1 and len(err) == 1 and f"{path} line 3" in err[0], proc.stderr
-  assert path.read_text() == before and not (tmp_path / "benchmark.md").exists()
+  assert path.read_text() == held and not (workdir / "benchmark.md").exists()
 
 
 def test_a_line_cut_by_a_kill_is_skipped_and_good_rows_are_read(tmp_path):
@@ -162,28 +200,31 @@ def test_a_line_cut_by_a_kill_is_skipped_and_good_rows_are_read(tmp_path):
   assert jsonl.read_rows(str(tmp_path / "none.jsonl")) == []
 
 
-def test_report_only_without_rows_to_report_is_one_line_and_writes_nothing(tmp_path):
+def test_report_only_without_rows_to_report_is_one_line_and_writes_nothing(
+    tmp_path, report_only_calls):
   # It wrote an empty report, said '4 cases were there already' and exited 0.
-  for workdir in (tmp_path / "absent", tmp_path):
-    proc = subprocess.run(_command(workdir, "--report_only"), cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+  # An empty workdir in the process itself; the other calls through `main`.
+  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
+                        text=True, timeout=300)
+  absent, absent_workdir, _ = report_only_calls["absent workdir"]
+  for proc, workdir in ((proc, tmp_path), (absent, absent_workdir)):
     err = _errors(proc)
     assert proc.returncode == 1 and len(err) == 1, proc.stderr
     assert str(workdir / "benchmark.jsonl") in err[0] and "nothing to report" in err[0]
   assert os.listdir(tmp_path) == []  # no folder made, no file written
+  assert not absent_workdir.exists()
   # Rows of other settings only (T = 64): still nothing of these settings.
-  (tmp_path / "benchmark.jsonl").write_text(_row_line(64, "naive"))
-  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
-                        text=True, timeout=300)
+  proc, workdir, held = report_only_calls["other settings"]
   err = _errors(proc)
   assert proc.returncode == 1 and len(err) == 1 and "holds no rows of these settings" in err[0]
+  assert not (workdir / "benchmark.md").exists()
+  assert (workdir / "benchmark.jsonl").read_text() == held
   # Two of the 8 measurements there: reported as such, the file untouched.
-  (tmp_path / "benchmark.jsonl").write_text(_row_line(8, "naive") + _row_line(8, "scaled_dot"))
-  proc = subprocess.run(_command(tmp_path, "--report_only"), cwd=ROOT, capture_output=True,
-                        text=True, timeout=300)
+  proc, workdir, held = report_only_calls["two of eight"]
   assert proc.returncode == 0, proc.stderr[-3000:]
   assert "wrote benchmark.md from 2 rows" in proc.stdout and "6 measurements" in proc.stdout
-  assert "were there already" not in proc.stdout and len(_rows(tmp_path)) == 2
+  assert "were there already" not in proc.stdout
+  assert (workdir / "benchmark.jsonl").read_text() == held and len(_rows(workdir)) == 2
 
 
 def test_a_benchmark_stopped_by_max_minutes_exits_75_with_its_report(tmp_path):

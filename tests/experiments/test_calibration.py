@@ -4,8 +4,6 @@ read back from calibration.json by the sweep's --calibration."""
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -151,11 +149,6 @@ def test_a_missing_or_unreadable_calibration_file_is_named(tmp_path):
     cal.read_plan(str(binary), "gpu")
 
 
-def _ablation(*flags):
-  return subprocess.run([sys.executable, "-m", "experiments.ablation", *flags], cwd=ROOT,
-                        capture_output=True, text=True, timeout=300)
-
-
 def _settings(stdout):
   """--show_config's lines as field -> (value, where it came from)."""
   out = {}
@@ -167,27 +160,50 @@ def _settings(stdout):
   return out
 
 
-def test_the_sweep_takes_the_calibrations_plan_and_a_flag_given_wins(tmp_path):
-  path = _write(tmp_path, {"preset": "gpu", "plan": {
+@pytest.fixture(scope="module")
+def sweeps_of_a_plan(tmp_path_factory, run_refusals):
+  """The sweep's `main` on a calibration's plan (with no flag, with flags given
+  over it) and on a plan that does not fit, in one process
+  (tests/experiments/conftest.py). Returns (results, the two files, the
+  workdir of the refusal)."""
+  folder = tmp_path_factory.mktemp("plans")
+  fits = _write(folder, {"preset": "gpu", "plan": {
       "fits": True, "steps": 1500, "eval_every": 500, "dims": [128, 1024]}})
-  proc = _ablation("--preset=gpu", f"--calibration={path}", "--show_config")
+  unfit = _write(folder, {"preset": "gpu", "plan": {
+      "fits": False, "steps": 0, "eval_every": 500, "dims": [128, 1024]}}, name="unfit.json")
+  workdir = folder / "w"
+  results = run_refusals("experiments.ablation", [
+      (["--preset=gpu", f"--calibration={fits}", "--show_config"], ROOT),
+      (["--preset=gpu", f"--calibration={fits}", "--steps=700", "--dims=256",
+        "--show_config"], ROOT),
+      (["--preset=gpu", f"--calibration={unfit}", f"--workdir={workdir}"], ROOT)])
+  return results, fits, unfit, workdir
+
+
+def test_the_sweep_takes_the_calibrations_plan_and_a_flag_given_wins(sweeps_of_a_plan):
+  (proc, given, _), _, _, _ = sweeps_of_a_plan
   assert proc.returncode == 0, proc.stderr
   settings = _settings(proc.stdout)
   assert settings["steps"][0] == "1500" and settings["eval_every"][0] == "500"
   assert settings["dims"][0] == "128,1024"
   assert settings["seeds"] == ("4", "preset")  # the rest stays the preset's
-  proc = _ablation("--preset=gpu", f"--calibration={path}", "--steps=700", "--dims=256",
-                   "--show_config")
-  settings = _settings(proc.stdout)
+  settings = _settings(given.stdout)
   assert (settings["steps"][0], settings["eval_every"][0], settings["dims"][0]) == (
       "700", "500", "256")
 
 
-def test_a_bad_calibration_stops_the_sweep_with_one_line_before_any_work(tmp_path):
-  path = _write(tmp_path, {"preset": "gpu", "plan": {
-      "fits": False, "steps": 0, "eval_every": 500, "dims": [128, 1024]}})
-  workdir = tmp_path / "w"
-  proc = _ablation("--preset=gpu", f"--calibration={path}", f"--workdir={workdir}")
+def _check_unfit(proc, path, workdir):
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 1 and len(err) == 1, proc.stderr
+  assert err[0] == (f"error: `--calibration` {path}: the plan does not fit (0 steps for dims "
+                    "[128, 1024]); see its calibration.md.")
+  assert not workdir.exists()
+
+
+def test_a_bad_calibration_stops_the_sweep_with_one_line_before_any_work(sweeps_of_a_plan):
+  # That the process shows a refusal of `main` as this one line is checked on the
+  # same driver by tests/experiments/test_grid.py (a real process).
+  (_, _, proc), _, path, workdir = sweeps_of_a_plan
   err = [l for l in proc.stderr.splitlines() if l.strip()]
   assert proc.returncode == 1 and len(err) == 1, proc.stderr
   assert err[0] == (f"error: `--calibration` {path}: the plan does not fit (0 steps for dims "

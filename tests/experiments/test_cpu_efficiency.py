@@ -227,7 +227,9 @@ def test_transformer_ops_are_attributed_by_the_functions_that_made_them():
 
 
 def test_every_product_of_a_transformer_step_is_attributed_to_a_part_of_the_model():
-  c = models.TransformerConfig(vocab_size=50, num_layers=2, d_model=16, num_heads=2, d_ff=24,
+  # One layer each: the layers are a Python loop, so a second adds only copies
+  # of the same products to compile.
+  c = models.TransformerConfig(vocab_size=50, num_layers=1, d_model=16, num_heads=2, d_ff=24,
                                attention_dim=5, dropout=0.1)
   graphdef, params, rest = nnx.split(models.Transformer(c, rngs=nnx.Rngs(0)), nnx.Param, ...)
   tx = optax.adam(1e-3)
@@ -253,7 +255,7 @@ def test_no_hand_count_for_unprojected_scores():
     cpu_efficiency.hand_matmul_flops(c, 3, 7, 9)
 
 
-@pytest.mark.parametrize("args, named", [
+_BAD_FLAGS = [
     (["--cells=additive"], "--cells"),
     (["--seeds=0"], "--seeds"),
     (["--threads=3"], "--threads"),
@@ -261,9 +263,55 @@ def test_no_hand_count_for_unprojected_scores():
     ([f"--profile={os.path.abspath(__file__)}"], "--profile"),
     (["--repeats=0"], "--repeats"),
     (["--num_heads=4"], "num_heads"),  # a Transformer field given to the RNN's preset
-])
-def test_bad_flags_exit_with_one_line_before_any_work(args, named):
-  _refused(args, named)
+]
+_PATH_CASES = ["not_utf8", "under_a_file", "file_for_a_folder", "a_folder",
+               "profile_under_a_file"]
+
+
+def _path_case(folder, case):
+  """Makes `folder`'s files for `case`: returns the flag, the path it is given
+  and what its refusal must say."""
+  plain = folder / "plain.txt"
+  plain.write_text("a file\n")
+  latin1 = folder / "rows.jsonl"
+  latin1.write_bytes("{\"caf\u00e9\": 1}\n".encode("latin-1"))
+  return {
+      "not_utf8": ("--out", latin1, "not UTF-8"),
+      "under_a_file": ("--out", plain / "rows.jsonl", "is a file"),
+      "file_for_a_folder": ("--out", plain / "deeper" / "rows.jsonl", "is a file"),
+      "a_folder": ("--out", folder, "is a folder"),
+      "profile_under_a_file": ("--profile", plain / "trace", "is a file"),
+  }[case]
+
+
+@pytest.fixture(scope="module")
+def refused_in_one_process(tmp_path_factory, run_refusals):
+  """Every bad command line of this file (the flags, then the paths, each in a
+  folder of its own) run through the driver's `main` in one process
+  (tests/experiments/conftest.py): case -> (result, folder, flag, path, said)."""
+  cases, keys, made = [], [], {}
+  for args, _ in _BAD_FLAGS:
+    keys.append(tuple(args))
+    cases.append((["--preset=smoke", *args], ROOT))
+  for case in _PATH_CASES:
+    folder = tmp_path_factory.mktemp(case)
+    flag, path, said = _path_case(folder, case)
+    made[case] = (folder, flag, path, said)
+    keys.append(case)
+    cases.append((["--preset=smoke", f"{flag}={path}"], ROOT))
+  results = run_refusals("experiments.cpu_efficiency", cases, define="define_flags")
+  return {key: (result, *made.get(key, ())) for key, result in zip(keys, results)}
+
+
+def test_a_bad_flag_stops_the_real_process_with_one_line_before_any_work():
+  # The process itself once; the other bad flags and paths below run through the
+  # same `main` in one process.
+  _refused(["--cells=additive"], "--cells")
+
+
+@pytest.mark.parametrize("args, named", _BAD_FLAGS)
+def test_bad_flags_exit_with_one_line_before_any_work(refused_in_one_process, args, named):
+  _check_refused(refused_in_one_process[tuple(args)][0], named)
 
 
 def _refused(args, named):
@@ -271,6 +319,10 @@ def _refused(args, named):
   `named` and measures nothing (no peak printed)."""
   out = subprocess.run([sys.executable, "-m", "experiments.cpu_efficiency", "--preset=smoke",
                         *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
+  return _check_refused(out, named)
+
+
+def _check_refused(out, named):
   assert out.returncode != 0
   lines = [l for l in out.stderr.splitlines() if l.startswith("error:")]
   assert len(lines) == 1 and named in lines[0], out.stderr[-2000:]
@@ -279,24 +331,15 @@ def _refused(args, named):
   return lines[0]
 
 
-@pytest.mark.parametrize("case", ["not_utf8", "under_a_file", "file_for_a_folder", "a_folder",
-                                  "profile_under_a_file"])
-def test_output_paths_that_cannot_be_written_are_refused_before_measuring(tmp_path, case):
-  plain = tmp_path / "plain.txt"
-  plain.write_text("a file\n")
-  latin1 = tmp_path / "rows.jsonl"
-  latin1.write_bytes("{\"caf\u00e9\": 1}\n".encode("latin-1"))
-  flag, path, said = {
-      "not_utf8": ("--out", latin1, "not UTF-8"),
-      "under_a_file": ("--out", plain / "rows.jsonl", "is a file"),
-      "file_for_a_folder": ("--out", plain / "deeper" / "rows.jsonl", "is a file"),
-      "a_folder": ("--out", tmp_path, "is a folder"),
-      "profile_under_a_file": ("--profile", plain / "trace", "is a file"),
-  }[case]
-  line = _refused([f"{flag}={path}"], flag)
+@pytest.mark.parametrize("case", _PATH_CASES)
+def test_output_paths_that_cannot_be_written_are_refused_before_measuring(
+    refused_in_one_process, case):
+  result, folder, flag, path, said = refused_in_one_process[case]
+  line = _check_refused(result, flag)
   assert said in line and str(path) in line
+  latin1 = folder / "rows.jsonl"
   assert latin1.read_bytes() == "{\"caf\u00e9\": 1}\n".encode("latin-1")  # left as it was
-  assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.txt", "rows.jsonl"]
+  assert sorted(p.name for p in folder.iterdir()) == ["plain.txt", "rows.jsonl"]
 
 
 def test_the_share_by_cpu_time_leaves_out_the_time_another_process_had():

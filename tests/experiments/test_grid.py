@@ -61,18 +61,42 @@ def _driver(*flags):
                         capture_output=True, text=True)
 
 
-@pytest.mark.parametrize("flags,needle", [
+_BAD_SWEEPS = [
     (["--sweep=bogus=1,2"], "bogus"),
     (["--sweep=learning_rate=abc"], "learning_rate"),
     (["--sweep=learning_rate=1e-3,-1"], "learning_rate"),
     (["--learning_rate=1e-3", "--sweep=learning_rate=1e-3,3e-3"], "both"),
-])
-def test_a_bad_sweep_flag_is_one_line_before_any_work(tmp_path, flags, needle):
-  proc = _driver("--preset=smoke", f"--workdir={tmp_path / 'w'}", *flags)
+]
+
+
+def _check_refused(proc, workdir, needle):
   assert proc.returncode != 0
   err = [l for l in proc.stderr.strip().splitlines() if l.strip()]
   assert len(err) == 1 and needle in err[0], proc.stderr
-  assert not os.path.exists(tmp_path / "w")
+  assert not os.path.exists(workdir)
+
+
+@pytest.fixture(scope="module")
+def refused_in_one_process(tmp_path_factory, run_refusals):
+  """The driver's `main` on each bad sweep, in one process
+  (tests/experiments/conftest.py): flags -> (result, its workdir)."""
+  workdirs = [tmp_path_factory.mktemp("bad_sweep") / "w" for _ in _BAD_SWEEPS]
+  results = run_refusals("experiments.ablation",
+                         [(["--preset=smoke", f"--workdir={w}", *flags], ROOT)
+                          for w, (flags, _) in zip(workdirs, _BAD_SWEEPS)])
+  return {tuple(flags): (r, w) for (flags, _), r, w in zip(_BAD_SWEEPS, results, workdirs)}
+
+
+def test_a_bad_sweep_stops_the_real_process_with_one_line_before_any_work(tmp_path):
+  # The process itself once; every bad sweep through the driver's `main` below.
+  flags, needle = _BAD_SWEEPS[0]
+  _check_refused(_driver("--preset=smoke", f"--workdir={tmp_path / 'w'}", *flags),
+                 tmp_path / "w", needle)
+
+
+@pytest.mark.parametrize("flags,needle", _BAD_SWEEPS)
+def test_a_bad_sweep_flag_is_one_line_before_any_work(refused_in_one_process, flags, needle):
+  _check_refused(*refused_in_one_process[tuple(flags)], needle)
 
 
 SMOKE = ["--preset=smoke", "--arms=qk_norm", "--dims=8", "--seeds=1", "--steps=40",

@@ -263,7 +263,7 @@ def test_settings_name_the_bad_argument():
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.parametrize("flag,needle", [
+_BAD_FLAGS = [
     ("--num_heads=3", "`num_heads` (3)"),      # a traceback in the Transformer's config
     ("--dataset=bogus", "'bogus'"),            # a traceback in the data loader
     ("--dims=8,x", "`dims`"),
@@ -271,19 +271,51 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
     ("--rnn_scores=cosine", "`rnn_scores`"),
     ("--out=FILE", "--out"),                   # minutes of measuring, then a traceback
     ("--out=FILE/below", "--out"),
-])
-def test_a_bad_flag_is_one_line_before_any_work(tmp_path, flag, needle):
+]
+
+
+def _bad_command(folder, flag):
+  """A tiny run but for the bad flag (given last, it wins), from `folder`,
+  which holds a file FILE."""
+  (folder / "FILE").write_text("not a folder")
+  return ["--models=rnn", "--dims=8", flag.replace("FILE", str(folder / "FILE"))]
+
+
+def _check_refused(proc, folder, needle):
   # Each printed absl's usage of every flag (135 lines) or a traceback.
-  (tmp_path / "FILE").write_text("not a folder")
-  flag = flag.replace("FILE", str(tmp_path / "FILE"))
-  # A tiny run but for the bad flag (given last, it wins), from a folder of its own.
-  proc = subprocess.run([sys.executable, "-m", "experiments.init_logits", "--models=rnn",
-                         "--dims=8", flag], cwd=tmp_path, capture_output=True, text=True,
-                        timeout=300, env={**os.environ, "PYTHONPATH": ROOT})
   err = [l for l in proc.stderr.splitlines() if l.strip()]
   assert proc.returncode == 1 and len(err) == 1, proc.stderr[-3000:]
   assert err[0].startswith("error: ") and needle in err[0]
-  assert sorted(os.listdir(tmp_path)) == ["FILE"]  # nothing written, not even runs/
+  assert sorted(os.listdir(folder)) == ["FILE"]  # nothing written, not even runs/
+
+
+@pytest.fixture(scope="module")
+def refused_in_one_process(tmp_path_factory, run_refusals):
+  """Every bad flag run through the driver's `main` in one process, each from a
+  folder of its own (tests/experiments/conftest.py): flag -> (result, folder)."""
+  folders = [tmp_path_factory.mktemp("bad_flag") for _ in _BAD_FLAGS]
+  results = run_refusals("experiments.init_logits",
+                         [(_bad_command(folder, flag), folder)
+                          for folder, (flag, _) in zip(folders, _BAD_FLAGS)],
+                         define="define_flags")
+  return {flag: (result, folder)
+          for (flag, _), result, folder in zip(_BAD_FLAGS, results, folders)}
+
+
+def test_a_bad_flag_stops_the_real_process_with_one_line_before_any_work(tmp_path):
+  # The process itself once (the one whose traceback came from the config); the
+  # others run through the same `main` in one process below.
+  proc = subprocess.run([sys.executable, "-m", "experiments.init_logits",
+                         *_bad_command(tmp_path, "--num_heads=3")], cwd=tmp_path,
+                        capture_output=True, text=True, timeout=300,
+                        env={**os.environ, "PYTHONPATH": ROOT})
+  _check_refused(proc, tmp_path, "`num_heads` (3)")
+
+
+@pytest.mark.parametrize("flag,needle", _BAD_FLAGS)
+def test_a_bad_flag_is_one_line_before_any_work(refused_in_one_process, flag, needle):
+  proc, folder = refused_in_one_process[flag]
+  _check_refused(proc, folder, needle)
 
 
 def test_without_out_it_writes_to_a_scratch_folder_not_the_committed_results(tmp_path):
