@@ -75,11 +75,11 @@ DOCUMENTED = _documented()
 # backend starts), as `python -m MODULE --helpfull` runs it but without paying
 # the interpreter's and JAX's start-up (most of its 2 s) once per module.
 _HELP_SCRIPT = r"""
-import json, os, runpy, sys
+import json, os, runpy, sys, tempfile
 import absl.app, absl.flags, jax, flax.nnx, numpy, attention_jax
 out = {}
 for module in sys.argv[1:]:
-  path = f"/tmp/helpfull_{os.getpid()}_{module}"
+  path = os.path.join(tempfile.gettempdir(), f"helpfull_{os.getpid()}_{module}")
   pid = os.fork()
   if pid == 0:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
