@@ -5,6 +5,7 @@
 On CPU the fused XLA kernel with the same arguments stands in for cuDNN (jax
 implements both from them); tests/gpu compares cuDNN itself."""
 
+import functools
 import importlib
 
 import jax
@@ -52,14 +53,35 @@ CASES = {
 }
 
 
+def _value_and_grads(fn, q, k, v):
+  """`fn(q, k, v)` and the gradients of its sum of squares in q, k and v: one
+  compiled program (eager, every primitive of the backward pass compiles on
+  its own)."""
+  def loss(q, k, v):
+    out = fn(q, k, v)
+    return jnp.sum(out ** 2), out
+  (_, out), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2), has_aux=True))(q, k, v)
+  return out, grads
+
+
+@functools.lru_cache(maxsize=None)
+def _dense_reference(name):
+  """(q, k, v, plain attention with the dense mask, its gradients) of a case:
+  computed once for the three implementations."""
+  q_len, k_len, causal = CASES[name]
+  tq = tk = TK if causal else None
+  q, k, v = _qkv(tq=tq or TQ, tk=tk or TK)
+  dense = jnp.asarray(_dense(q_len, k_len, causal, tq=q.shape[2], tk=k.shape[2]))
+  want, want_grads = _value_and_grads(
+      lambda q, k, v: aj.attention(q, k, v, mask=dense, implementation="plain"), q, k, v)
+  return (q, k, v), want, want_grads
+
+
 @pytest.mark.parametrize("name", list(CASES))
 @pytest.mark.parametrize("implementation", ["plain", "blockwise", "xla"])
 def test_lengths_and_causal_equal_the_dense_mask(implementation, name):
   q_len, k_len, causal = CASES[name]
-  tq = tk = TK if causal else None
-  q, k, v = _qkv(tq=tq or TQ, tk=tk or TK)
-  dense = _dense(q_len, k_len, causal, tq=q.shape[2], tk=k.shape[2])
-  want = aj.attention(q, k, v, mask=jnp.asarray(dense), implementation="plain")
+  (q, k, v), want, want_grads = _dense_reference(name)
 
   def run(q, k, v):
     return aj.attention(q, k, v, causal=causal,
@@ -67,15 +89,10 @@ def test_lengths_and_causal_equal_the_dense_mask(implementation, name):
                         key_lengths=None if k_len is None else jnp.asarray(k_len),
                         implementation=implementation)
 
-  got = jax.jit(run)(q, k, v)
+  # the output and the gradients too (the fused kernels have their own backward)
+  got, grads = _value_and_grads(run, q, k, v)
   np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-  # gradients too (the fused kernels have their own backward)
-  loss = lambda f: lambda q, k, v: jnp.sum(f(q, k, v) ** 2)
-  g = jax.grad(loss(run), argnums=(0, 1, 2))(q, k, v)
-  w = jax.grad(loss(lambda q, k, v: aj.attention(q, k, v, mask=jnp.asarray(dense),
-                                                  implementation="plain")),
-               argnums=(0, 1, 2))(q, k, v)
-  for a, b in zip(g, w):
+  for a, b in zip(grads, want_grads):
     assert np.all(np.isfinite(a))
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
   if name == "no_keys":
@@ -87,10 +104,13 @@ def test_structured_and_dense_masks_combine():
   extra = jax.random.bernoulli(jax.random.PRNGKey(3), 0.7, (B, H, TK, TK))
   k_len = jnp.asarray([TK, 6, 3])
   dense = jnp.asarray(_dense(None, [TK, 6, 3], True, tq=TK)) & extra
-  want = aj.attention(q, k, v, mask=dense, implementation="plain")
+  # jitted: one compile each instead of one per primitive
+  want = jax.jit(lambda q, k, v: aj.attention(q, k, v, mask=dense, implementation="plain"))(
+      q, k, v)
   for implementation in ("plain", "xla"):
-    got = aj.attention(q, k, v, mask=extra, causal=True, key_lengths=k_len,
-                       implementation=implementation)
+    got = jax.jit(lambda q, k, v: aj.attention(q, k, v, mask=extra, causal=True,
+                                               key_lengths=k_len,
+                                               implementation=implementation))(q, k, v)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
