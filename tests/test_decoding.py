@@ -183,31 +183,41 @@ def reference_beam_search(model, scorer, src_row, beam_size, alpha, max_len_a, m
   return np.array(best + [0] * (length - len(best)), np.int32)
 
 
+def beam(model, src, beam_size, length_penalty=0.6):
+  """`jit_beam_search` returning the attention, the length penalty always passed
+  (jit's cache tells a passed value from a default): the tests of one model
+  share their compiled searches, which nnx.jit caches by the model's structure."""
+  return decoding.jit_beam_search(model, src, beam_size=beam_size,
+                                  length_penalty=length_penalty, return_attention=True)
+
+
+# The searches below take the default length limits and return the attention, so
+# that they are the ones of the next tests: K=1 with beam width one, K=3 with the
+# padding and ensemble tests.
 @pytest.mark.parametrize("name", list(MODELS))
 def test_beam_search_matches_a_python_reference(name):
   model = MODELS[name]()
-  scorer = make_scorer(model, math.ceil(SRC.shape[1] + 3))
+  scorer = make_scorer(model, math.ceil(1.5 * SRC.shape[1] + 10))
   lengths = []
   # The length penalty is applied by the search, not the model: alpha 0 is
   # checked with the RNN (each setting compiles a Transformer search anew).
   settings = ((1, 0.6), (3, 0.6), (3, 0.0)) if name == "rnn" else ((1, 0.6), (3, 0.6))
   for beam_size, alpha in settings:
-    out = decoding.jit_beam_search(model, SRC, beam_size=beam_size, length_penalty=alpha,
-                                   max_len_a=1.0, max_len_b=3)
+    out, _ = beam(model, SRC, beam_size, alpha)
     for b in range(SRC.shape[0]):
-      want = reference_beam_search(model, scorer, SRC[b], beam_size, alpha, 1.0, 3)
+      want = reference_beam_search(model, scorer, SRC[b], beam_size, alpha, 1.5, 10)
       np.testing.assert_array_equal(out[b], want, err_msg=f"K={beam_size} alpha={alpha} b={b}")
     lengths.append((np.asarray(out) != 0).sum(1))
   if name == "rnn":  # the biased <eos> ends some hypotheses early
-    assert np.any(np.concatenate(lengths) < np.tile((SRC != 0).sum(1) + 3, len(settings)))
+    limits = np.floor(1.5 * (SRC != 0).sum(1) + 10)
+    assert np.any(np.concatenate(lengths) < np.tile(limits, len(settings)))
 
 
 @pytest.mark.parametrize("name", list(MODELS))
 def test_beam_width_one_equals_greedy(name):
   model = MODELS[name]()
   tokens, attn = decoding.jit_greedy(model, SRC, return_attention=True)
-  beam_tokens, beam_attn = decoding.jit_beam_search(model, SRC, beam_size=1,
-                                                    return_attention=True)
+  beam_tokens, beam_attn = beam(model, SRC, beam_size=1)
   np.testing.assert_array_equal(beam_tokens, tokens)
   np.testing.assert_allclose(beam_attn, attn, rtol=1e-6, atol=1e-7)
   assert attn.shape == (3, tokens.shape[1], SRC.shape[1])
@@ -221,15 +231,21 @@ def test_beam_width_one_equals_greedy(name):
 def test_padding_the_source_leaves_the_decoded_output_unchanged(name):
   model = MODELS[name]()
   padded = np.pad(SRC, ((0, 0), (0, 3)))
-  for run in (decoding.jit_greedy, functools.partial(decoding.jit_beam_search, beam_size=3)):
-    out, out_p = np.asarray(run(model, SRC)), np.asarray(run(model, padded))
+  for run in (functools.partial(decoding.jit_greedy, return_attention=True),
+              functools.partial(beam, beam_size=3)):
+    (out, attn), (out_p, attn_p) = (
+        jax.tree.map(np.asarray, run(model, src)) for src in (SRC, padded))
     width = out.shape[1]
     np.testing.assert_array_equal(out_p[:, :width], out)
     assert np.all(out_p[:, width:] == 0)
+    np.testing.assert_allclose(attn_p[:, :width, :SRC.shape[1]], attn, rtol=1e-5, atol=1e-6)
+    assert np.all(attn_p[:, :, SRC.shape[1]:] == 0)  # the added padding gets no attention
 
 
 def test_decoding_inside_jit_and_vmap_over_an_ensemble():
-  config = Seq2SeqConfig(V, embed_dim=8, hidden_dim=8, attention_dim=6, decoder="bahdanau")
+  # The configuration and beam size of `rnn()`'s tests: the searches of the
+  # separately built models below are the ones they compiled.
+  config = Seq2SeqConfig(V, embed_dim=8, hidden_dim=8, attention_dim=6)
   seeds = [0, 5]
   graphdef, states = create_ensemble(Seq2Seq, config, seeds)
 
@@ -238,7 +254,7 @@ def test_decoding_inside_jit_and_vmap_over_an_ensemble():
   def decode(state, src):
     model = nnx.merge(graphdef, state)
     greedy = decoding.greedy(model, src, return_attention=True)
-    beam = decoding.beam_search(model, src, beam_size=2, return_attention=True)
+    beam = decoding.beam_search(model, src, beam_size=3, return_attention=True)
     return greedy, beam
 
   (g_tok, g_att), (b_tok, b_att) = decode(states, SRC)
@@ -248,7 +264,7 @@ def test_decoding_inside_jit_and_vmap_over_an_ensemble():
     tok, att = decoding.jit_greedy(model, SRC, return_attention=True)
     np.testing.assert_array_equal(g_tok[i], tok)
     np.testing.assert_allclose(g_att[i], att, rtol=1e-5, atol=1e-6)
-    tok, att = decoding.jit_beam_search(model, SRC, beam_size=2, return_attention=True)
+    tok, att = beam(model, SRC, beam_size=3)
     np.testing.assert_array_equal(b_tok[i], tok)
     np.testing.assert_allclose(b_att[i], att, rtol=1e-5, atol=1e-6)
   assert np.any(np.asarray(g_tok[0]) != np.asarray(g_tok[1]))
@@ -302,7 +318,10 @@ class _GenericProtocol:
 
 @pytest.mark.parametrize("score", ["scaled_dot", "additive", "qk_norm", "location"])
 def test_transformer_beams_share_one_copy_of_the_memory_with_the_same_result(score):
-  model = Transformer(TransformerConfig(V, num_layers=2, d_model=16, num_heads=2, d_ff=32,
+  # One layer per stack: each score's form of the shared memory, at half the
+  # compile time. The sharing across two layers is in the reference test above,
+  # whose Transformer searches with the shared memory (two layers, scaled_dot).
+  model = Transformer(TransformerConfig(V, num_layers=1, d_model=16, num_heads=2, d_ff=32,
                                         score=score, attention_dim=12, max_length=32),
                       rngs=nnx.Rngs(3))
   mine, mine_attn = decoding.beam_search(model, SRC, beam_size=3, return_attention=True)
