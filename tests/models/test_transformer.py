@@ -319,10 +319,18 @@ def _copy_task(score):
 @pytest.mark.parametrize("score", [
     pytest.param(s, marks=() if s in _FAST_SCORES else pytest.mark.slow) for s in SCORES])
 def test_overfits_copy_task(score):
-  config = TransformerConfig(16, num_layers=2, d_model=64, num_heads=4, d_ff=128,
-                             dropout=0.0, score=score, max_length=16)
+  # The default suite's score trains one layer of each stack at a learning rate
+  # of 3e-3, checked every 10 steps: it copies after about 110 steps (150 with
+  # two layers at 1e-3), each step with half the operations, about half the
+  # CPU time (7 s against 14 s). Copying needs one layer (the cross attention
+  # finds the source position of each target position); the stacking of layers
+  # is checked by the forward, causality and cached-decoding tests above.
+  fast = score in _FAST_SCORES
+  config = TransformerConfig(16, num_layers=1 if fast else 2, d_model=64, num_heads=4,
+                             d_ff=128, dropout=0.0, score=score, max_length=16)
   accuracy, steps, seconds = synthetic_task.train_to_accuracy(
-      model_of(config), _copy_task(score), max_steps=2000, learning_rate=1e-3)
+      model_of(config), _copy_task(score), max_steps=2000,
+      learning_rate=3e-3 if fast else 1e-3, check_every=10 if fast else 50)
   assert accuracy >= 0.99, (score, accuracy, steps, seconds)
 
 
