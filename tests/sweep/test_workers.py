@@ -8,6 +8,7 @@ import dataclasses
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -19,22 +20,26 @@ from attention_jax.training import interrupts
 @dataclasses.dataclass(frozen=True)
 class ToyJob:
   label: str
-  action: str  # 'ok', 'die', 'fail', 'bug', 'slow', 'paused'
+  action: str  # 'ok', 'die', 'fail', 'bug', 'slow' (or 'slow:<steps>'), 'paused'
   folder: str
+  marks: str | None = None  # where each job, as it starts, leaves a file `<label>.<action>`
 
 
 def toy_train(job: ToyJob, *, log, deadline) -> bool:
   """Sent to the workers by name: does what `job.action` says."""
   del deadline
   log(f"[{job.label}] started in {os.getpid()}")
+  if job.marks is not None:
+    with open(os.path.join(job.marks, f"{job.label}.{job.action}"), "w"):
+      pass
   if job.action == "die":  # what the out-of-memory killer does
     os.kill(os.getpid(), signal.SIGKILL)
   if job.action == "fail":
     raise ValueError(f"{job.folder}/metrics.jsonl is not a file")
   if job.action == "bug":
     raise KeyError("no such thing")
-  if job.action == "slow":  # a run that checks for a stop after each 'step'
-    for _ in range(200):
+  if job.action.startswith("slow"):  # a run that checks for a stop after each 'step'
+    for _ in range(int(job.action.partition(":")[2] or 200)):  # 0.05 s each
       time.sleep(0.05)
       interrupts.check()
   with open(os.path.join(job.folder, job.label), "w") as f:
@@ -42,8 +47,8 @@ def toy_train(job: ToyJob, *, log, deadline) -> bool:
   return job.action != "paused"
 
 
-def _run(tmp_path, actions, workers_count=2, **kwargs):
-  jobs = [ToyJob(f"job{i}", a, str(tmp_path)) for i, a in enumerate(actions)]
+def _run(tmp_path, actions, workers_count=2, marks=None, **kwargs):
+  jobs = [ToyJob(f"job{i}", a, str(tmp_path), marks) for i, a in enumerate(actions)]
   reported, lines = [], []
   start = time.time()
   try:
@@ -61,13 +66,14 @@ def test_every_job_runs_and_is_reported(tmp_path):
 
 
 def test_a_paused_job_makes_the_sweep_unfinished(tmp_path):
-  finished, reported, _ = _run(tmp_path, ["ok", "paused"])
+  # One worker (each started one is a Python with JAX imported, ~2 s of CPU).
+  finished, reported, _ = _run(tmp_path, ["ok", "paused"], workers_count=1)
   assert not finished and sorted(reported) == ["job0", "job1"]
 
 
 def test_a_killed_worker_is_named_and_the_other_runs_finish(tmp_path):
-  with pytest.raises(workers.RunsFailed) as e:
-    _run(tmp_path, ["die", "ok", "ok", "ok"])
+  with pytest.raises(workers.RunsFailed) as e:  # one worker: only its replacement can go on
+    _run(tmp_path, ["die", "ok", "ok", "ok"], workers_count=1)
   message = str(e.value)
   assert message.startswith("1 of 4 runs failed: [job0] its worker process was killed by "
                             "SIGKILL (the kernel's out-of-memory killer")
@@ -77,8 +83,11 @@ def test_a_killed_worker_is_named_and_the_other_runs_finish(tmp_path):
 
 
 def test_a_failing_run_does_not_stop_the_others_and_is_one_line(tmp_path):
+  # The slow run checks for a stop every 0.05 s for 2 s: the failures are
+  # answered within milliseconds of their worker's start, and a stop the
+  # driver set for them would end it at its next check.
   with pytest.raises(workers.RunsFailed) as e:
-    _run(tmp_path, ["fail", "slow", "bug"])
+    _run(tmp_path, ["fail", "slow:40", "bug"])
   message = str(e.value)
   assert f"[job0] {tmp_path}/metrics.jsonl is not a file" in message
   assert "[job2] KeyError: 'no such thing'" in message
@@ -91,18 +100,35 @@ def test_a_stop_reaches_the_running_workers_after_a_death(tmp_path, monkeypatch)
   after its 'step' and the driver raises Interrupted (it used to ignore the
   first SIGTERM, blocked on the dead worker's answer)."""
   monkeypatch.setattr(interrupts, "_received", {"signum": None, "event": None})
+  marks = tmp_path / "marks"
+  marks.mkdir()
+  results = tmp_path / "results"
+  results.mkdir()
+
+  def terminate():
+    # Once job0's worker is about to kill itself and job1 runs (10 s unless
+    # stopped): SIGTERM to this process, the driver, as the alarm did.
+    wanted = {"job0.die", "job1.slow"}
+    end = time.time() + 60
+    while not wanted <= set(os.listdir(marks)):
+      if time.time() > end:
+        return  # never sent: the run below finishes and the test fails
+      time.sleep(0.01)
+    time.sleep(0.2)  # the kill -9 is the next statement of job0's worker
+    os.kill(os.getpid(), signal.SIGTERM)
+
   interrupts.install()
+  sender = threading.Thread(target=terminate, daemon=True)
   try:
-    signal.signal(signal.SIGALRM, lambda *_: os.kill(os.getpid(), signal.SIGTERM))
-    signal.alarm(6)  # after the workers have started (spawned Python + imports)
+    sender.start()
     with pytest.raises(interrupts.Interrupted) as e:
-      _run(tmp_path, ["die", "slow", "ok", "ok"])
+      _run(results, ["die", "slow", "ok", "ok"], marks=str(marks))
     assert e.value.signum == signal.SIGTERM
   finally:
-    signal.alarm(0)
-    for signum in (*interrupts.SIGNALS, signal.SIGALRM):
+    sender.join(timeout=120)
+    for signum in interrupts.SIGNALS:
       signal.signal(signum, signal.SIG_DFL)
-  assert "job1" not in os.listdir(tmp_path)  # stopped, not finished
+  assert "job1" not in os.listdir(results)  # stopped, not finished
 
 
 @pytest.mark.parametrize("code,needle", [
@@ -155,8 +181,11 @@ def group_train(job: ToyJob, *, log, deadline) -> bool:
   log(f"[{job.label}] started in {os.getpid()}")
   if job.action == "die":
     os.kill(os.getpid(), signal.SIGKILL)
-  if job.action == "slow":
-    time.sleep(10)
+  if job.action.startswith("wait:"):  # busy until another job's result exists (60 s at most)
+    other = os.path.join(job.folder, job.action.removeprefix("wait:"))
+    end = time.time() + 60
+    while not os.path.exists(other) and time.time() < end:
+      time.sleep(0.01)
   seen = {"pid": os.getpid(), "group": os.environ.get("TOY_GROUP")}
   if job.action == "devices":
     import jax  # pylint: disable=g-import-not-at-top
@@ -189,7 +218,10 @@ def test_each_worker_sees_only_its_group_of_devices(tmp_path):
 
 def test_a_dead_workers_replacement_takes_its_device_group(tmp_path):
   groups = [{"TOY_GROUP": "a"}, {"TOY_GROUP": "b"}]
-  jobs = [ToyJob(f"job{i}", a, str(tmp_path)) for i, a in enumerate(["die", "slow", "ok", "ok"])]
+  # job1 keeps b busy until job2 is done: were job2 left for b, it would wait
+  # the 60 s out and then show b's group.
+  jobs = [ToyJob(f"job{i}", a, str(tmp_path))
+          for i, a in enumerate(["die", "wait:job2", "ok", "ok"])]
   with pytest.raises(workers.RunsFailed, match=r"^1 of 4 runs failed: \[job0\] its worker"):
     workers.run_in_workers(2, jobs, group_train, None, lambda job: None, log=lambda line: None,
                            environments=groups)

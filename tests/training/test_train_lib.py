@@ -1,5 +1,6 @@
 """The ensemble trainer: vmapped seeds == separate runs; data parallelism == one device."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -82,12 +83,21 @@ def test_token_loss_label_smoothing_matches_smoothed_one_hot_cross_entropy():
   assert float(loss) == pytest.approx(np.mean(want), rel=1e-6)
 
 
-def test_perplexity_is_exp_of_token_nll_over_the_whole_split():
+@pytest.fixture(scope="module")
+def untrained_pair():
+  """The smoke point's trainer of seeds 0 and 1, untrained: read, never
+  changed, by the tests that take it (building one compiles its model's
+  initialisation, ~3 s on 2 cores)."""
+  cfg = _cfg()
+  assert cfg.seeds == 2
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  return cfg, data, _trainer(cfg, "additive", data, (0, 1))
+
+
+def test_perplexity_is_exp_of_token_nll_over_the_whole_split(untrained_pair):
   """The trainer's perplexity against a hand computation from the model's
   own teacher-forced log-probabilities, batch by batch over the split."""
-  cfg = _cfg()
-  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
-  trainer = _trainer(cfg, "additive", data, (0, 1))
+  _, data, trainer = untrained_pair
   ppl = trainer.evaluator.perplexity(trainer.params, "validation")
   assert ppl.shape == (2,)
   nll, ntok, rows = np.zeros(2), 0, 0
@@ -265,12 +275,10 @@ def test_the_location_score_is_built_for_every_sentence_evaluation_sees():
   assert 0 <= bleu[0] <= 100 and np.isfinite(ppl[0]) and ppl[0] >= 1
 
 
-def test_the_training_state_is_measured_without_allocating_it():
-  cfg = _cfg(seeds=2)
-  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+def test_the_training_state_is_measured_without_allocating_it(untrained_pair):
+  cfg, data, trainer = untrained_pair  # 2 seeds
   arm = config.Arm.of("additive", 8)
   count, need = memory.state_bytes(cfg.point(arm), data)
-  trainer = _trainer(cfg, "additive", data, (0, 1))
   held = sum(x.nbytes for x in jax.tree.leaves(trainer.state.arrays()))  # params, Adam, best
   assert count == trainer.num_params and need == 4 * 4 * count * 2
   assert need <= held <= need + 64  # and Adam's step counters
@@ -349,23 +357,28 @@ def _big_dk_trainer(**kw):
 
 def test_evaluation_batches_are_chosen_to_fit_the_memory_budget(tmp_path):
   # A budget no sentence fits in: one line naming the flag, before any training.
-  tiny = _big_dk_trainer(eval_memory_gb=1e-6)
+  trainer = _big_dk_trainer(eval_memory_gb=1e-6)
+  evaluator = trainer.evaluator
   with pytest.raises(ValueError, match=r"beam4 on test needs .* GiB for one sentence.*"
                                        r"--eval_memory_gb"):
-    tiny.evaluator.eval_batch_size("beam4", "test")
+    evaluator.eval_batch_size("beam4", "test")
   with pytest.raises(ValueError, match="eval_memory_gb"):
-    tiny.run(str(tmp_path / "run"))
+    trainer.run(str(tmp_path / "run"))
   assert not os.path.exists(tmp_path / "run" / "checkpoints" / "1")
   # XLA's memory analysis of the beam-4 test decoding of 16 sentences (the
   # tiny budget forces the compiled figure, not the bound).
-  need = tiny.evaluator._program_bytes("beam4", "test", 16)
+  need = evaluator._program_bytes("beam4", "test", 16)
   budget = need / 3
-  trainer = _big_dk_trainer(eval_memory_gb=budget / 2**30)
-  evaluator = trainer.evaluator
+  # The same evaluator under that budget, as `--eval_memory_gb` would give it:
+  # its programs compiled above are not compiled again (a second trainer of
+  # the same model compiled them anew, ~10 s on 2 cores).
+  evaluator.settings = dataclasses.replace(evaluator.settings, eval_memory_gb=budget / 2**30)
+  evaluator._batch_sizes.clear()
+  assert evaluator.budget() == int(budget)
   size = evaluator.eval_batch_size("beam4", "test")
   assert 1 <= size < 16
   assert evaluator._program_bytes("beam4", "test", size) <= budget
-  assert evaluator._program_bytes("beam4", "test", 2 * size) > budget  # not needlessly small
+  assert evaluator._program_bytes("beam4", "test", size + 1) > budget  # the largest that fits
   # and the decoding it chose runs and translates every test sentence
   hyps, refs = evaluator.translate(trainer.params, "test", 0, 4)
   assert len(hyps[0]) == len(refs) == len(trainer.data.texts("test")[0])
