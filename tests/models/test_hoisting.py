@@ -114,9 +114,9 @@ def test_lstm_cells_are_not_hoisted(monkeypatch):
   assert _loop_products(config, True, monkeypatch) == _loop_products(config, False, monkeypatch)
 
 
-@pytest.mark.parametrize("platform, hoists, unroll", [("cpu", False, 1), ("tpu", False, 2),
+@pytest.mark.parametrize("platform, hoists, unroll", [("cpu", False, 1), ("tpu", False, 1),
                                                      ("gpu", True, 2)])
-def test_only_gpus_hoist_and_accelerators_unroll(platform, hoists, unroll, monkeypatch):
+def test_only_gpus_hoist_and_unroll(platform, hoists, unroll, monkeypatch):
   monkeypatch.setattr(jax, "default_backend", lambda: platform)
   assert seq2seq.hoists_input_projections() is hoists
   assert seq2seq.scan_unroll() == unroll
