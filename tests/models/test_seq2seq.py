@@ -271,6 +271,22 @@ def test_ensemble_of_seeds_equals_separately_built_models():
     create_ensemble(Seq2Seq, config, [])
 
 
+def test_building_the_same_model_again_reuses_its_compiled_initialiser(monkeypatch):
+  from attention_jax import models as models_lib
+  config = CONFIGS["bahdanau_gru_scaled_mult"]
+  _, first = create_ensemble(Seq2Seq, config, [3])
+  before = models_lib._builder.cache_info()
+  _, again = create_ensemble(Seq2Seq, config, [3])
+  after = models_lib._builder.cache_info()
+  assert (after.hits, after.misses) == (before.hits + 1, before.misses)
+  for a, b in zip(jax.tree.leaves(first), jax.tree.leaves(again)):
+    np.testing.assert_array_equal(a, b)
+  # Another platform is another entry: the model code reads it while traced.
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  create_ensemble(Seq2Seq, config, [3])
+  assert models_lib._builder.cache_info().misses == after.misses + 1
+
+
 # -- overfitting a synthetic task ------------------------------------------------
 
 _FAST_SCORES = ("additive",)
