@@ -19,6 +19,7 @@ if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
   os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
                              " --xla_backend_optimization_level=0").strip()
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -55,3 +56,30 @@ def raises_at_trace():
     return message
 
   return check
+
+
+_SLOW_LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow_tests.txt")
+
+
+def _listed_slow_tests() -> set[str]:
+  """Node ids in tests/slow_tests.txt (its header says how they were chosen)."""
+  with open(_SLOW_LIST, encoding="utf-8") as f:
+    return {line.rstrip("\n").split("\t", 1)[1] for line in f
+            if line.strip() and not line.startswith("#")}
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m "not slow"` deselects by marker
+def pytest_collection_modifyitems(config, items):
+  listed = _listed_slow_tests()
+  for item in items:
+    if item.nodeid in listed:
+      item.add_marker(pytest.mark.slow)
+  if any("::" in arg for arg in config.args):
+    return  # only some tests of a file collected: nothing to check against
+  collected = {item.nodeid for item in items}
+  files = {nodeid.split("::", 1)[0] for nodeid in collected}
+  stale = sorted(n for n in listed if n.split("::", 1)[0] in files and n not in collected)
+  if stale:
+    raise pytest.UsageError(
+        f"tests/slow_tests.txt names {len(stale)} test(s) that no longer exist, "
+        f"e.g. {stale[0]!r}: rename or remove the entry")
