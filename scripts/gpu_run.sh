@@ -184,10 +184,11 @@ state_files() {
   done
 }
 
+# warm-up shorter than the toy's 6 steps: a run that never leaves warm-up is refused
 toy_sweep=(--arms=additive,multiplicative --dims=8,16 --seeds=2 --steps=6 --embed_dim=16
            --hidden_dim=16 --decoder_layers=1 --batch_size=8 --max_length=24 --eval_every=3
            --eval_examples=8 --test_examples=8 --eval_batch_size=8 --beam_size=2
-           --diag_every=3 --checkpoint_every=3 --log_every=3)
+           --diag_every=3 --checkpoint_every=3 --log_every=3 --warmup_steps=2)
 
 case "$stage" in
   check)
