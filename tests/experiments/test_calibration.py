@@ -192,14 +192,6 @@ def test_the_sweep_takes_the_calibrations_plan_and_a_flag_given_wins(sweeps_of_a
       "700", "500", "256")
 
 
-def _check_unfit(proc, path, workdir):
-  err = [l for l in proc.stderr.splitlines() if l.strip()]
-  assert proc.returncode == 1 and len(err) == 1, proc.stderr
-  assert err[0] == (f"error: `--calibration` {path}: the plan does not fit (0 steps for dims "
-                    "[128, 1024]); see its calibration.md.")
-  assert not workdir.exists()
-
-
 def test_a_bad_calibration_stops_the_sweep_with_one_line_before_any_work(sweeps_of_a_plan):
   # That the process shows a refusal of `main` as this one line is checked on the
   # same driver by tests/experiments/test_grid.py (a real process).
