@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from tests import conftest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -421,12 +423,9 @@ def test_workers_train_pairs_in_parallel_processes_with_the_same_numbers(tmp_pat
   flags = ["--preset=smoke", "--arms=additive,multiplicative", "--dims=8", "--steps=40",
            "--eval_every=20", "--checkpoint_every=20", "--diag_every=20"]
   serial, parallel = str(tmp_path / "serial"), str(tmp_path / "parallel")
-  # Added to the XLA_FLAGS this process has (tests/conftest.py's LLVM level),
-  # as the workers add them: a level that differs between the two arms moves
-  # the digits by itself (a max_logit of 3.69 against 3.69103).
-  inherited = os.environ.get("XLA_FLAGS", "")
+  # Added to the inherited flags, as the workers add them.
   one = _driver("ablation", *flags, f"--workdir={serial}",
-                env={"XLA_FLAGS": f"{inherited} {workers.ONE_THREAD_XLA_FLAGS}".strip()})
+                env={"XLA_FLAGS": conftest.xla_flags_with(workers.ONE_THREAD_XLA_FLAGS)})
   assert one.returncode == 0, one.stderr[-3000:]
   two = _driver("ablation", *flags, "--workers=2", f"--workdir={parallel}")
   assert two.returncode == 0, two.stderr[-3000:]

@@ -12,6 +12,8 @@ import sys
 
 import pytest
 
+from tests import conftest
+
 event_accumulator = pytest.importorskip(
     "tensorboard.backend.event_processing.event_accumulator")
 
@@ -71,12 +73,9 @@ def _scalars(workdir):
 
 @pytest.mark.slow  # three smoke runs, one of two processes
 def test_two_processes_equal_one_process_with_two_devices_and_only_process_0_writes(tmp_path):
-  # Added to the inherited XLA_FLAGS (tests/conftest.py's LLVM level), which
-  # the two processes below run under: another level alone moves the losses'
-  # last digits.
-  inherited = os.environ.get("XLA_FLAGS", "")
+  # Added to the inherited flags, which the two processes below run under.
   one = _ablation(tmp_path / "one", env={
-      "XLA_FLAGS": f"{inherited} --xla_force_host_platform_device_count=2".strip()})
+      "XLA_FLAGS": conftest.xla_flags_with("--xla_force_host_platform_device_count=2")})
   out_one, _ = one.communicate(timeout=600)
   assert one.returncode == 0, out_one
 
