@@ -17,7 +17,8 @@
 #   calibrate  experiments.benchmarks.calibration --preset=gpu: step and
 #              evaluation times of two cells, and the sweep's --steps, --dims
 #              and --eval_every sized for 3 pieces  -> calibration.json,
-#              calibration.md
+#              calibration.md (with --steps_only: calibration_steps.json/.md,
+#              each cell's training step only)
 #   sweep      experiments.ablation --preset=gpu, one piece of SWEEP_MINUTES,
 #              with the plan of GPU_STATE/calibration.json where there is one;
 #              finished cells, and the newest checkpoint of each cell cut by
@@ -222,7 +223,7 @@ case "$stage" in
       flags+=("${toy_sweep[@]}" --calibration_steps=3 --min_steps=3 --piece_minutes=60)
     fi
     limited "$py" -m experiments.benchmarks.calibration "${flags[@]}" "${extra[@]}"
-    copy_reports "$workdir" calibration.json calibration.md
+    copy_reports "$workdir" calibration.json calibration.md calibration_steps.json calibration_steps.md
     ;;
   sweep)
     workdir="$runs/gpu"

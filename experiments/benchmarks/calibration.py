@@ -32,6 +32,13 @@ nothing copied by hand:
 
 (`read_plan`). On a machine without a per-command limit, size the plan for the
 time the whole sweep may take: `--pieces=1 --piece_minutes=MINUTES`.
+
+`--steps_only` times only the training step of each cell (no evaluation, no
+plan) and writes `calibration_steps.json` and `calibration_steps.md` instead,
+so a calibration.json a sweep reads is never replaced by one without a plan:
+the measured step of every sweep cell, where the compile check predicts it.
+Each cell's line is printed as it ends, so a command cut by its time limit
+still leaves the cells it finished in its log.
 """
 
 from __future__ import annotations
@@ -70,6 +77,8 @@ def define_flags() -> None:
   flags.DEFINE_string("arms", None, "Comma-separated arms of the sweep (default from the preset).")
   flags.DEFINE_string("dims", None, "Comma-separated dimensions of the sweep (default from the "
                       "preset).")
+  flags.DEFINE_bool("steps_only", False, "Time only each cell's training step (no evaluation, no "
+                    "plan); writes calibration_steps.json/.md.")
   common.define_flags()
 
 
@@ -242,8 +251,10 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
-                 log: Callable[[str], None] = print) -> CellTimes:
-  """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`)."""
+                 log: Callable[[str], None] = print, steps_only: bool = False) -> CellTimes:
+  """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`).
+
+  `steps_only`: the evaluation fields are 0 (not measured)."""
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
 
@@ -259,10 +270,13 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
     trainer.bleu(trainer.params, "validation", cfg.eval_examples, trainer.val_beam_size)
     trainer.perplexity(trainer.params, "validation")
 
-  first_validation_s, validation_s = _timed(validation), _timed(validation)
   per_batch = trainer.eval_batch_size(f"beam{cfg.beam_size}", "test")
   test = lambda: trainer.translate(trainer.params, "test", per_batch, cfg.beam_size)
-  first_test_batch_s, test_batch_s = _timed(test), _timed(test)
+  if steps_only:
+    first_validation_s = validation_s = first_test_batch_s = test_batch_s = 0.0
+  else:
+    first_validation_s, validation_s = _timed(validation), _timed(validation)
+    first_test_batch_s, test_batch_s = _timed(test), _timed(test)
   times = CellTimes(arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
                     step_s=statistics.median(step_times), first_validation_s=first_validation_s,
                     validation_s=validation_s, first_test_batch_s=first_test_batch_s,
@@ -291,6 +305,15 @@ def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -
   return "\n".join(lines)
 
 
+def steps_markdown(measured: list[CellTimes], settings: str) -> str:
+  """calibration_steps.md: each cell's first step (compiling) and median step."""
+  lines = [f"# Training steps of the sweep's cells\n\n{settings}\n",
+           "| cell | build s | first step s | step ms |", "| --- | ---: | ---: | ---: |"]
+  lines += [f"| {t.arm}:{t.dim} | {t.build_s:.1f} | {t.first_step_s:.1f} | "
+            f"{1000 * t.step_s:.1f} |" for t in measured]
+  return "\n".join(lines) + "\n"
+
+
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
@@ -311,16 +334,29 @@ def main(argv):
     sys.exit(f"error: {e}")
   os.makedirs(FLAGS.workdir, exist_ok=True)
   data = datasets.load_data(cfg)
-  measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps)
+  measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps,
+                           steps_only=FLAGS.steps_only)
               for arm, dim in cells]
+  members = len(cfg.run_members())
+  extra_members = f" x {cfg.members}" if cfg.members else ""
+  if FLAGS.steps_only:
+    settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
+                f"{extra_members}), dtype {cfg.dtype}, batch {cfg.batch_size}; median of "
+                f"{FLAGS.calibration_steps} training steps after the first")
+    out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured],
+           "settings": settings, "provenance": provenance.fields()}
+    files.atomic_write(os.path.join(FLAGS.workdir, "calibration_steps.json"),
+                       json.dumps(out, indent=1))
+    text = steps_markdown(measured, settings)
+    files.atomic_write(os.path.join(FLAGS.workdir, "calibration_steps.md"), text)
+    print(text)
+    return
   n_test = len(data.texts("test")[0])
   test_sentences = min(cfg.test_examples, n_test) if cfg.test_examples else n_test
   result = plan(measured, arms=cfg.arms, dims=cfg.dims, pieces=FLAGS.pieces,
                 piece_minutes=FLAGS.piece_minutes, eval_every=cfg.eval_every,
                 checkpoint_every=cfg.checkpoint_every, test_sentences=test_sentences,
                 min_steps=FLAGS.min_steps, max_steps=cfg.steps)
-  members = len(cfg.run_members())
-  extra_members = f" x {cfg.members}" if cfg.members else ""
   settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
               f"{extra_members}), dtype {cfg.dtype}, batch "
               f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
