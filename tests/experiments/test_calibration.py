@@ -201,3 +201,39 @@ def test_a_bad_calibration_stops_the_sweep_with_one_line_before_any_work(sweeps_
   assert err[0] == (f"error: `--calibration` {path}: the plan does not fit (0 steps for dims "
                     "[128, 1024]); see its calibration.md.")
   assert not workdir.exists()
+
+
+def test_steps_markdown_gives_each_cells_step_in_milliseconds():
+  text = cal.steps_markdown([_times(step_s=0.0176, arm="additive", dim=128),
+                             _times(step_s=0.0211, arm="multiplicative", dim=256)], "s")
+  rows = [l for l in text.splitlines() if l.startswith("| additive") or
+          l.startswith("| multiplicative")]
+  assert [r.split("|")[1].strip() for r in rows] == ["additive:128", "multiplicative:256"]
+  assert [r.split("|")[-2].strip() for r in rows] == ["17.6", "21.1"]
+
+
+@pytest.mark.slow
+def test_steps_only_times_the_training_step_and_leaves_any_plan_alone(tmp_path):
+  import subprocess
+  import sys
+  workdir = tmp_path / "w"
+  workdir.mkdir()
+  (workdir / "calibration.json").write_text("{}")  # a sweep's plan stays as it was
+  toy = ["--arms=additive,multiplicative", "--dims=8,16", "--seeds=2", "--steps=6",
+         "--embed_dim=16", "--hidden_dim=16", "--decoder_layers=1", "--batch_size=8",
+         "--max_length=24", "--eval_examples=8", "--test_examples=8", "--warmup_steps=2"]
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.benchmarks.calibration", "--preset=gpu",
+       f"--workdir={workdir}", "--steps_only", "--calibration_steps=2",
+       "--cells=additive:8,multiplicative:16", *toy],
+      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  written = json.loads((workdir / "calibration_steps.json").read_text())
+  assert [(m["arm"], m["dim"]) for m in written["measured"]] == [("additive", 8),
+                                                                 ("multiplicative", 16)]
+  for m in written["measured"]:
+    assert m["step_s"] > 0 and m["first_step_s"] >= m["step_s"]
+    assert m["validation_s"] == m["test_batch_s"] == 0.0  # not measured
+  assert "plan" not in written and written["provenance"]["commit"]
+  assert (workdir / "calibration.json").read_text() == "{}"
+  assert "| additive:8 |" in (workdir / "calibration_steps.md").read_text()
