@@ -17,8 +17,7 @@
 #   calibrate  experiments.benchmarks.calibration --preset=gpu: step and
 #              evaluation times of two cells, and the sweep's --steps, --dims
 #              and --eval_every sized for 3 pieces  -> calibration.json,
-#              calibration.md; with --steps_only only each cell's
-#              training step -> calibration_steps.json, calibration_steps.md (with --steps_only: calibration_steps.json/.md,
+#              calibration.md (with --steps_only: calibration_steps.json/.md,
 #              each cell's training step only)
 #   sweep      experiments.ablation --preset=gpu, one piece of SWEEP_MINUTES,
 #              with the plan of GPU_STATE/calibration.json where there is one;
