@@ -282,7 +282,7 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
                     validation_s=validation_s, first_test_batch_s=first_test_batch_s,
                     test_batch_s=test_batch_s, test_batch_sentences=per_batch)
   log(f"[{arm_name}:{dim}] " + ", ".join(
-      f"{k} {v:.3f}" for k, v in dataclasses.asdict(times).items() if k.endswith("_s")))
+      f"{k} {v:.4f}" for k, v in dataclasses.asdict(times).items() if k.endswith("_s")))
   return times
 
 
