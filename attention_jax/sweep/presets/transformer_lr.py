@@ -1,4 +1,4 @@
-"""`transformer_lr`: the learning-rate x d_k grid in full, for one accelerator.
+"""`transformer_lr`: the learning-rate x d_k grid in full, for an accelerator host.
 
     python -m experiments.ablation --preset=transformer_lr --workdir=runs/transformer_lr \\
         --sweep=layer_norm=post,pre --sweep=learning_rate=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
@@ -16,11 +16,22 @@ of 3 vmapped seeds. The threshold analysis (`experiments.threshold_report`) read
 the CPU preset's two grids today; this grid's plan (four scores at every rate,
 two layer norms) is still to be passed to it.
 
-Time: not yet predicted for an accelerator (the compile check has not been
-run on this preset); on the 2-core CPU machine it is out of reach (the CPU
-grid, a quarter of its runs at a third of the steps, is about 12 h of run
-clocks). Expected: the CPU grid's answer at more d_k, more learning rates and
-longer training, and whether pre-LN moves the thresholds.
+The same grid with the learning rates as members of one program per run (the
+same numbers as separate runs, tested; 2 layer norms x 4 scores x 4 d_k = 32
+runs of 21 members):
+
+    python -m experiments.ablation --preset=transformer_lr --workdir=runs/transformer_lr \\
+        --sweep=layer_norm=post,pre --members=learning_rate=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
+
+Time: compiled, not run (results/compile_check/multi_device, 6d97c88): in the
+members form, split over every device, 17.9 min on a TPU v5e-8, 8.0 min on a
+v4-32 and 5.5 min on 8 H100s; as separate data-parallel runs per learning rate
+30.9, 19.7 and 25.7 min. One accelerator alone has not been compiled for it.
+On the 2-core CPU machine it is out of reach (the CPU grid, a quarter of its
+runs at a third of the steps, is about 12 h of run clocks).
+
+Expected: the CPU grid's answer at more d_k, more learning rates and longer
+training, and whether pre-LN moves the thresholds.
 """
 
 from attention_jax.sweep.presets import transformer
