@@ -17,11 +17,15 @@ the CPU preset's two grids today; this grid's plan (four scores at every rate,
 two layer norms) is still to be passed to it.
 
 The same grid with the learning rates as members of one program per run (the
-same numbers as separate runs, tested; 2 layer norms x 4 scores x 4 d_k = 32
-runs of 21 members):
+same numbers as separate runs, tested; 4 scores x 4 d_k = 16 runs of 21
+members per layer norm; `--members` takes no `--sweep`, so a workdir per layer
+norm):
 
-    python -m experiments.ablation --preset=transformer_lr --workdir=runs/transformer_lr \\
-        --sweep=layer_norm=post,pre --members=learning_rate=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
+    for ln in post pre; do
+      python -m experiments.ablation --preset=transformer_lr --layer_norm=$ln \\
+          --members=learning_rate=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2 \\
+          --workdir=runs/transformer_lr_members/$ln
+    done
 
 Time: compiled, not run (results/compile_check/multi_device, 6d97c88): in the
 members form, split over every device, 17.9 min on a TPU v5e-8, 8.0 min on a
