@@ -1,10 +1,16 @@
-r"""The learning-rate x d_k analysis of the `transformer_lr_cpu` grid.
+r"""The learning-rate x d_k analysis of the `transformer_lr_cpu` grid, or of the
+`transformer_lr` grid of one layer norm.
 
     python -m experiments.threshold_report --main=W/main --controls=W/controls \
         --out=OUT
+    python -m experiments.threshold_report --preset=transformer_lr --layer_norm=pre \
+        --main=runs/transformer_lr/pre --out=OUT
 
 reads the two workdirs that results/transformer_lr_cpu/commands.sh trains
-(finished or still running; `--controls=` leaves the controls out) and
+(finished or still running; `--controls=` leaves the controls out), or the
+workdir of one layer norm of `transformer_lr` (its every score, as a
+`--sweep=learning_rate=...` grid or as `--members` runs; the preset's
+docstring has both commands), and
 writes into --out (created): lr_threshold.md (the tables), lr_threshold.json
 (every number, and the provenance its result rows record) and the figures.
 The rule is the preset's docstring, applied by `attention_jax.analysis.
@@ -31,6 +37,11 @@ def define_flags() -> None:
   flags.DEFINE_string("controls", "", "Workdir of the controls grid (inverse_dim, qk_norm); "
                       "empty: left out.")
   flags.DEFINE_string("out", None, "Output folder (created).")
+  flags.DEFINE_string("preset", "transformer_lr_cpu", "The preset whose grid --main holds: "
+                      "transformer_lr_cpu (main and controls grids) or transformer_lr (every "
+                      "score in --main, one layer norm).")
+  flags.DEFINE_string("layer_norm", "", "post or pre: the layer norm the grid was trained "
+                      "with (default the preset's).")
 
 
 def path_problem(main: str | None, controls: str, out: str | None) -> str | None:
@@ -69,11 +80,15 @@ def grid_problem(flag: str, path: str, cfg, learning_rates) -> str | None:
           f"like {points[0].name}/); is it that grid's workdir?")
 
 
-def read(main: str, controls: str):
-  """(the analysis of the grids, {grid name: its workdir}); a ValueError of
-  one line names a bad workdir or file."""
+def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_norm: str = ""):
+  """(the analysis of the grids of `preset` (`threshold.preset_grids`),
+  {grid name: its workdir}); a ValueError of one line names a bad flag,
+  workdir or file."""
   from attention_jax.analysis import threshold as th  # pylint: disable=g-import-not-at-top
-  plans = th.preset_grids()
+  plans = th.preset_grids(preset, layer_norm or None)
+  if controls and "controls" not in plans:
+    raise ValueError(f"--controls: the {preset} grid has every score in --main; give no "
+                     "--controls.")
   given = {"main": ("--main", main), "controls": ("--controls", controls)}
   inputs = {name: flag_path for name, flag_path in given.items() if flag_path[1]}
   for name, (flag, path) in inputs.items():
@@ -108,7 +123,7 @@ def main(argv):
   if problem:
     sys.exit(f"error: {problem}")
   try:
-    analysis, inputs = read(FLAGS.main, FLAGS.controls)
+    analysis, inputs = read(FLAGS.main, FLAGS.controls, FLAGS.preset, FLAGS.layer_norm)
   except ValueError as e:
     sys.exit(f"error: {e}")
   written = write(analysis, inputs, FLAGS.out)

@@ -1,4 +1,5 @@
-"""Where a score starts to fail: the rule of the `transformer_lr_cpu` preset, applied.
+"""Where a score starts to fail: the rule of the `transformer_lr_cpu` preset, applied
+(to its grids, or to a layer norm's grid of `transformer_lr`, which keeps the rule).
 
 The rule was fixed in the preset's docstring
 (`attention_jax/sweep/presets/transformer_lr_cpu.py`) before any run of
@@ -55,6 +56,7 @@ import numpy as np
 from attention_jax.analysis import tables
 from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir as workdir_lib
+from attention_jax.sweep.presets import transformer_lr
 from attention_jax.sweep.presets import transformer_lr_cpu
 from attention_jax.training import provenance as provenance_lib
 from attention_jax.training import run_folder
@@ -251,10 +253,28 @@ def merge(grids: Sequence[Grid]) -> Grid:
   return first
 
 
-def preset_grids() -> dict[str, tuple[config_lib.ExperimentConfig, tuple[float, ...]]]:
-  """The preset's two grids as results/transformer_lr_cpu/commands.sh runs
-  them: name -> (config, learning rates)."""
-  cfg = config_lib.from_preset("transformer_lr_cpu")
+# The presets whose grids this analysis reads (`preset_grids`).
+PRESETS = ("transformer_lr_cpu", "transformer_lr")
+
+
+def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = None
+                 ) -> dict[str, tuple[config_lib.ExperimentConfig, tuple[float, ...]]]:
+  """A preset's grids: name -> (config, learning rates). `transformer_lr_cpu`:
+  its two grids as results/transformer_lr_cpu/commands.sh runs them (`main`,
+  `controls`); `transformer_lr`: one grid of every score (`main`), that of
+  `layer_norm` (default the preset's), a workdir per layer norm as its
+  docstring's commands run it. A ValueError names a preset or layer norm
+  this does not know."""
+  if preset not in PRESETS:
+    raise ValueError(f"--preset: {preset!r} has no learning-rate grid to analyse; "
+                     f"one of {', '.join(PRESETS)}.")
+  cfg = config_lib.from_preset(preset)
+  if layer_norm:
+    if layer_norm not in ("post", "pre"):
+      raise ValueError(f"--layer_norm: {layer_norm!r} is not post or pre.")
+    cfg = cfg.replace(layer_norm=layer_norm)
+  if preset == "transformer_lr":
+    return {"main": (cfg, transformer_lr.LEARNING_RATES)}
   return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),
           "controls": (cfg.replace(arms=("inverse_dim", "qk_norm"), baseline="inverse_dim"),
                        transformer_lr_cpu.CONTROL_LEARNING_RATES)}

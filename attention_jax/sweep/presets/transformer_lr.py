@@ -1,7 +1,10 @@
 """`transformer_lr`: the learning-rate x d_k grid in full, for an accelerator host.
 
-    python -m experiments.ablation --preset=transformer_lr --workdir=runs/transformer_lr \\
-        --sweep=layer_norm=post,pre --sweep=learning_rate=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
+    for ln in post pre; do
+      python -m experiments.ablation --preset=transformer_lr --layer_norm=$ln \\
+          --sweep=learning_rate=1e-5,3e-5,1e-4,3e-4,1e-3,3e-3,1e-2 \\
+          --workdir=runs/transformer_lr/$ln
+    done
 
 The CPU grid's question (`transformer_lr_cpu`, whose rule it keeps: lr* where
 the final validation loss is 20% of perplexity above a score's own best,
@@ -12,9 +15,11 @@ every learning rate, d_k 16 to 1024 in powers of 4, seven learning rates from
 steps; the `transformer` preset's model and recipe otherwise (d_model 128, 2
 heads, 2 + 2 layers, Adam beta_2 0.98, 400 warm-up steps, label smoothing and
 dropout 0.1). 2 layer norms x 7 learning rates x 4 scores x 4 d_k = 224 runs
-of 3 vmapped seeds. The threshold analysis (`experiments.threshold_report`) reads
-the CPU preset's two grids today; this grid's plan (four scores at every rate,
-two layer norms) is still to be passed to it.
+of 3 vmapped seeds, a workdir per layer norm. The threshold analysis of one layer
+norm's grid (either form below):
+
+    python -m experiments.threshold_report --preset=transformer_lr --layer_norm=pre \\
+        --main=runs/transformer_lr/pre --out=runs/transformer_lr/pre/report
 
 The same grid with the learning rates as members of one program per run (the
 same numbers as separate runs, tested; 4 scores x 4 d_k = 16 runs of 21
@@ -39,6 +44,9 @@ training, and whether pre-LN moves the thresholds.
 """
 
 from attention_jax.sweep.presets import transformer
+
+# The grid's learning rates (the commands above; `threshold.preset_grids`).
+LEARNING_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 
 OVERRIDES = {
     **transformer.OVERRIDES,
