@@ -16,19 +16,19 @@ from tests.analysis import test_threshold as fake
 MAIN, LRS = fake.MAIN, fake.LRS
 
 
-def as_members(grid_path, out):
+def as_members(grid_path, out, plan=MAIN, lrs=LRS):
   """The fake `--sweep` grid at `grid_path` rewritten as the workdir of one
   members run per score and d_k: each run's metrics-log lines and rows those
   of every learning rate's run, values outer (the trainer's member order),
   each naming its learning rate; its config.json that of `--members`."""
   grid, members = workdir_lib.Workdir(str(grid_path)), workdir_lib.Workdir(str(out))
-  cfg = th.members_config(MAIN, LRS)
+  cfg = th.members_config(plan, lrs)
   for arm in cfg.sweep():
     run = members.run(arm)
     os.makedirs(run.path)
     assert workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm)) is None
     lines, rows = [], []
-    for point in th.config_lib.grid(MAIN, ((th.AXIS, LRS),)):
+    for point in th.config_lib.grid(plan, ((th.AXIS, lrs),)):
       alone = grid.point(point).run(arm)
       lr = {th.AXIS: point.values[th.AXIS]}
       lines += [{"step": r["step"], "seed": r["seed"], **lr, **r}
@@ -36,7 +36,7 @@ def as_members(grid_path, out):
       rows += [{**r, **lr} for r in alone.rows()] if alone.finished else []
     lines.sort(key=lambda r: r["step"])  # the trainer logs every member at each step
     files.atomic_write(run.metrics, "".join(files.to_json(r) + "\n" for r in lines))
-    if len(rows) == len(LRS) * MAIN.seeds:
+    if len(rows) == len(lrs) * plan.seeds:
       files.atomic_write(run.result, files.to_json(rows))
 
 

@@ -10,6 +10,7 @@ import pytest
 from attention_jax.analysis import threshold as th
 from experiments import threshold_report
 from tests.analysis import test_threshold as fake
+from tests.analysis import test_threshold_members
 
 PLAN, LRS = th.preset_grids("transformer_lr", "pre")["main"]
 # lr*(d) = C d^p, the slopes the preset's question compares (all inside the grid).
@@ -68,6 +69,15 @@ def test_the_slopes_of_all_four_scores_are_recovered(pre_grid):
     law = analysis.laws[score]
     assert law.slope == pytest.approx(p, abs=1e-4) and law.dims == PLAN.dims
     assert law.reference == p
+
+
+def test_its_members_form_reads_as_its_sweep_form(pre_grid, tmp_path):
+  test_threshold_members.as_members(pre_grid, tmp_path / "pre", PLAN, LRS)
+  members, _ = threshold_report.read(str(tmp_path / "pre"), "", "transformer_lr", "pre")
+  sweep, _ = threshold_report.read(str(pre_grid), "", "transformer_lr", "pre")
+  assert members.grid.missing == () and members.thresholds == sweep.thresholds
+  assert {s: law.slope for s, law in members.laws.items()} == {
+      s: law.slope for s, law in sweep.laws.items()}
 
 
 def test_a_grid_of_the_other_layer_norm_is_refused_naming_the_difference(pre_grid):
