@@ -2,8 +2,9 @@
 
     python -m experiments.ablation --preset=smoke --workdir=/tmp/smoke
 
-Time: 188 s wall (248 s of CPU) on the idle 2-core CPU machine at 5288d94; on
-one GPU: not run. Expected: every run learns to copy (test BLEU > 0); the
+Time: 293 s wall (432 s of CPU) on the idle 2-core CPU machine at ebf08f4,
+with 5288d94 beside it at 262 s (`farm-bench`, one pair; 5288d94 had measured
+188 s on a faster day); on one GPU: not run. Expected: every run learns to copy (test BLEU > 0); the
 tests use it (`tests/experiments/test_ablation.py`), it is no experiment.
 """
 
