@@ -270,9 +270,10 @@ def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = No
                      f"one of {', '.join(PRESETS)}.")
   cfg = config_lib.from_preset(preset)
   if layer_norm:
-    if layer_norm not in ("post", "pre"):
-      raise ValueError(f"--layer_norm: {layer_norm!r} is not post or pre.")
-    cfg = cfg.replace(layer_norm=layer_norm)
+    try:
+      cfg = cfg.replace(layer_norm=layer_norm)  # the config checks the value
+    except ValueError as e:
+      raise ValueError(f"--layer_norm: {e}") from None
   if preset == "transformer_lr":
     return {"main": (cfg, transformer_lr.LEARNING_RATES)}
   return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),

@@ -87,7 +87,8 @@ def test_a_grid_of_the_other_layer_norm_is_refused_naming_the_difference(pre_gri
 
 @pytest.mark.parametrize("preset, layer_norm, controls, named", [
     ("transformer_lr", "pre", "C", "--controls: the transformer_lr grid"),
-    ("transformer_lr", "middle", "", "--layer_norm: 'middle'"),
+    ("transformer_lr", "middle", "", "--layer_norm: `layer_norm` got 'middle'; allowed values: "
+                                     "post, pre."),
     ("quick", "", "", "--preset: 'quick'"),
 ])
 def test_bad_preset_layer_norm_or_controls_are_one_line_naming_the_flag(
