@@ -339,17 +339,19 @@ def main(argv):
               for arm, dim in cells]
   members = len(cfg.run_members())
   extra_members = f" x {cfg.members}" if cfg.members else ""
-  if FLAGS.steps_only:
-    settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
-                f"{extra_members}), dtype {cfg.dtype}, batch {cfg.batch_size}; median of "
-                f"{FLAGS.calibration_steps} training steps after the first")
-    out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured],
-           "settings": settings, "provenance": provenance.fields()}
-    files.atomic_write(os.path.join(FLAGS.workdir, "calibration_steps.json"),
-                       json.dumps(out, indent=1))
-    text = steps_markdown(measured, settings)
-    files.atomic_write(os.path.join(FLAGS.workdir, "calibration_steps.md"), text)
+  settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
+              f"{extra_members}), dtype {cfg.dtype}, batch {cfg.batch_size}")
+  out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured]}
+
+  def write(name: str, value: dict, settings: str, text: str) -> None:
+    value = {**value, "settings": settings, "provenance": provenance.fields()}
+    files.atomic_write(os.path.join(FLAGS.workdir, f"{name}.json"), json.dumps(value, indent=1))
+    files.atomic_write(os.path.join(FLAGS.workdir, f"{name}.md"), text)
     print(text)
+
+  if FLAGS.steps_only:
+    settings += f"; median of {FLAGS.calibration_steps} training steps after the first"
+    write("calibration_steps", out, settings, steps_markdown(measured, settings))
     return
   n_test = len(data.texts("test")[0])
   test_sentences = min(cfg.test_examples, n_test) if cfg.test_examples else n_test
@@ -357,16 +359,8 @@ def main(argv):
                 piece_minutes=FLAGS.piece_minutes, eval_every=cfg.eval_every,
                 checkpoint_every=cfg.checkpoint_every, test_sentences=test_sentences,
                 min_steps=FLAGS.min_steps, max_steps=cfg.steps)
-  settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
-              f"{extra_members}), dtype {cfg.dtype}, batch "
-              f"{cfg.batch_size}, beam {cfg.beam_size} on {test_sentences} test sentences")
-  out = {"preset": FLAGS.preset, "measured": [dataclasses.asdict(t) for t in measured],
-         "plan": result, "settings": settings, "provenance": provenance.fields()}
-  files.atomic_write(os.path.join(FLAGS.workdir, "calibration.json"),
-                           json.dumps(out, indent=1))
-  text = markdown(measured, result, settings)
-  files.atomic_write(os.path.join(FLAGS.workdir, "calibration.md"), text)
-  print(text)
+  settings += f", beam {cfg.beam_size} on {test_sentences} test sentences"
+  write("calibration", {**out, "plan": result}, settings, markdown(measured, result, settings))
 
 
 if __name__ == "__main__":
