@@ -225,31 +225,73 @@ def maybe_start_distributed() -> None:
 
 def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   """With `--workers` > 1 on a host of several devices: the environment of
-  each worker's group of devices (`workers.device_groups`), the members'
-  layout on a group checked as `--mesh` says; None otherwise (one device: a
-  core per worker). A ValueError naming the flag, before any work, where the
-  devices do not split, or the members or batches do not split over a group.
-  The driver only counts the devices: on a GPU it starts its client without
-  taking their memory, which the workers will (`XLA_PYTHON_CLIENT_PREALLOCATE`
-  of the command line, if any, is theirs)."""
+  each worker's group of devices and the bytes of memory each group has to
+  itself (None where the workers share the host's); (None, None) otherwise
+  (one device: a core per worker). A ValueError naming the flag, before any
+  work, where the devices do not split, or the members or batches do not
+  split over a group.
+
+  GPUs (`workers.device_groups`): the driver only counts them; it starts its
+  client without taking their memory, which the workers will
+  (`XLA_PYTHON_CLIENT_PREALLOCATE` of the command line, if any, is theirs).
+  A TPU VM (`workers.tpu_groups`, one chip per worker): the driver counts
+  the chips without opening any (libtpu gives a chip to one process) and
+  runs on the CPU itself; each worker is held to the TPU (`JAX_PLATFORMS`),
+  so that a chip it cannot open is a failed run, not one trained on the CPU."""
   if cfg.workers <= 1:
-    return None
+    return None, None
+  from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import memory  # pylint: disable=g-import-not-at-top
+  platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+  chips, version = workers.tpu_chips() if not platforms or "tpu" in platforms else (0, None)
+  if chips:
+    if distributed_started():
+      raise ValueError(f"`--workers` = {cfg.workers} with several processes "
+                       "(`--num_processes`): give one or the other.")
+    if backend_started():
+      raise ValueError(f"`--workers` = {cfg.workers} on a TPU VM: this process has already "
+                       "started a JAX backend, which holds the chips its workers need; start "
+                       "a fresh one.")
+    groups = workers.tpu_groups(cfg.workers, chips, version)
+    jax.config.update("jax_platforms", "cpu")  # the driver keeps off the chips
+    for environment in groups:
+      environment["JAX_PLATFORMS"] = ",".join(platforms) or "tpu"
+    hbm = workers.TPU_HBM_GIB.get(version)
+    return groups, (None if hbm is None else hbm * 2**30)
   user_preallocate = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
   os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   devices = jax.devices()
   if len(devices) == 1:
-    return None
+    return None, None
   if jax.process_count() > 1:
     raise ValueError(f"`--workers` = {cfg.workers} with several processes "
                      "(`--num_processes`): give one or the other.")
-  from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
-  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
   groups = workers.device_groups(cfg.workers, devices[0].platform, len(devices))
   runner.device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
   for environment in groups:  # the command line's choice, else jax's default
     environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
         "true" if user_preallocate is None else user_preallocate)
-  return groups
+  # GPUs: each group has its devices' memory to itself (the state is checked
+  # against one device's: a data-parallel layout holds it on each). Host
+  # devices (the tests' stand-in) share the host's.
+  own = devices[0].platform != "cpu"
+  return groups, (memory.training_memory() if own else None)
+
+
+def distributed_started() -> bool:
+  """Whether `jax.distributed` has been started in this process (asked
+  without starting a backend)."""
+  started = getattr(jax.distributed, "is_initialized", None)
+  return bool(started and started())
+
+
+def backend_started() -> bool:
+  """Whether this process has started a JAX backend (after which the
+  platform it runs on can no longer be chosen)."""
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  started = getattr(xla_bridge, "backends_are_initialized", None)
+  return bool(started and started())
 
 
 def written(workdir: str) -> str:
@@ -280,10 +322,11 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
       print(written(FLAGS.workdir))
       return
     maybe_start_distributed()
-    groups = worker_groups(cfg, FLAGS.mesh)
+    groups, group_memory = worker_groups(cfg, FLAGS.mesh)
     table = runner.run(cfg, FLAGS.workdir, report=reports.write,
                        mesh=None if groups else runner.device_mesh(cfg, FLAGS.mesh), axes=axes,
-                       worker_environments=groups, mesh_scheme=FLAGS.mesh)
+                       worker_environments=groups, mesh_scheme=FLAGS.mesh,
+                       group_memory=group_memory)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)
   except (ValueError, workers.RunsFailed) as e:

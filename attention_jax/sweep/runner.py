@@ -152,7 +152,7 @@ def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
         log: Callable[[str], None] = print,
         data=None, axes: tuple[tuple[str, tuple], ...] = (),
         worker_environments: Sequence[dict] | None = None,
-        mesh_scheme: str = "auto") -> str | None:
+        mesh_scheme: str = "auto", group_memory: int | None = None) -> str | None:
   """Runs (or resumes) the whole sweep, writing its reports with `report`
   after every finished run; returns the table, or None if stopped early.
 
@@ -166,7 +166,9 @@ def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
   devices, its members laid out on them as `mesh_scheme` says (`mesh`,
   which spans every device, is then not used). A run whose parameters
   and optimiser state alone cannot fit in memory is refused before the
-  workdir is made (`memory.check_memory`).
+  workdir is made (`memory.check_memory`): in the memory the `--workers`
+  share, or, given `group_memory`, in the bytes each worker's group of
+  devices has to itself (a GPU's, a TPU chip's).
   """
   plan = Plan.of(cfg, workdir, axes, report)
   # The memory is shared by the runs that train at once, never more than the
@@ -177,7 +179,8 @@ def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
   if data is not None:
     data_sets.put(cfg, data)
   for job in plan.jobs():  # before anything is made
-    memory.check_memory(job.config.point(job.arm), data_sets.get(job.config))
+    memory.check_memory(job.config.point(job.arm), data_sets.get(job.config),
+                        available=group_memory, shared=group_memory is None)
   provenance.fields()  # the commit as the run starts, not as it ends hours later
   os.makedirs(workdir, exist_ok=True)
   if not multihost.is_primary():  # the primary holds the locks and writes every file

@@ -5,7 +5,10 @@ On a host of one device (CPU) each worker is pinned to a core
 (`use_one_core`). On a host of several GPUs the devices are split into one
 group per worker (`device_groups`): each worker process sees only its own
 (`CUDA_VISIBLE_DEVICES`; on CPU, the test's stand-in, its own number of host
-devices) and lays each run's members out on them as `--mesh` says.
+devices) and lays each run's members out on them as `--mesh` says. On a TPU
+VM each worker opens one chip of its own (`tpu_groups`), and the driver,
+which must not open any (libtpu gives a chip to one process), counts them
+from the PCI bus (`tpu_chips`) and stays on the CPU.
 
 The driver hands out jobs (anything with a `label`, e.g. `runner.Job`) to
 worker processes and a module-level training function `train(job, log=,
@@ -95,8 +98,67 @@ def device_groups(workers: int, platform: str, num_devices: int,
     return [{"XLA_FLAGS": " ".join(kept + [f"{FORCE_DEVICES}={size}"])}
             for _ in range(workers)]
   raise ValueError(f"`--workers` = {workers} on {num_devices} {platform} devices: this "
-                   "project splits the devices between worker processes only on GPUs; use "
-                   "--workers=1 and `--mesh` (the members of each run over every device).")
+                   "project splits a host's devices between worker processes on GPUs, and "
+                   "on a TPU VM one chip per worker (`tpu_groups`, which the driver "
+                   "chooses before it opens any); use --workers=1 and `--mesh` (the members "
+                   "of each run over every device).")
+
+
+# High-bandwidth memory per chip, GiB, by jax's name of the TPU generation
+# (`jax._src.hardware_utils.TpuVersion`), as Cloud TPU's system-architecture
+# pages publish it: what a worker's run has on its one chip. The driver,
+# which never opens a chip, checks each run against this before any work;
+# a generation not listed here is checked by the worker's own evaluation
+# budget only.
+TPU_HBM_GIB = {"v4": 32, "v5e": 16, "v5p": 95, "v6e": 32, "tpu7x": 192}
+
+# TPU generations whose chip is one jax device (v4 on: one megacore per
+# chip); on v2 and v3 a chip is two, which `tpu_groups` does not lay out.
+ONE_DEVICE_TPU_CHIPS = ("v4", "v5e", "v5p", "v6e", "tpu7x")
+
+# The first port of the workers' libtpu instances, one port each
+# (`TPU_PROCESS_PORT`): 8476 is libtpu's own default, and the ports of
+# two sweeps on one VM would clash, as their chips would.
+TPU_BASE_PORT = 8476
+
+
+def tpu_chips() -> tuple[int, str | None]:
+  """The TPU chips attached to this host, and their generation's name
+  (`TpuVersion`, e.g. 'v5e'), read from the PCI bus as jax itself does
+  before it starts a backend: (0, None) on a host without one, or where this
+  jax has no such reader."""
+  try:
+    from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
+    count, version = hardware_utils.num_available_tpu_chips_and_device_id()
+  except (ImportError, AttributeError, OSError):
+    return 0, None
+  return count, (None if version is None else version.name)
+
+
+def tpu_groups(workers: int, chips: int, version: str | None,
+               base_port: int = TPU_BASE_PORT) -> list[dict[str, str]]:
+  """The environment of each of `workers` processes on a TPU VM of `chips`
+  chips: worker i opens chip i alone, as a one-chip slice of its own
+  (libtpu's topology variables: chip and process bounds 1,1,1, the chip it
+  may see, a port of its own, several libtpu instances allowed on the VM;
+  the recipe of jax's own multi-process tests for one chip). A ValueError
+  naming `--workers` where there are more workers than chips or a chip is
+  two devices (v2, v3). With fewer workers than chips the rest stay idle."""
+  if workers < 1 or workers > chips:
+    raise ValueError(f"`--workers` = {workers} on a TPU VM of {chips} chips: each worker "
+                     f"opens one chip of its own; give at most {chips}.")
+  if version not in ONE_DEVICE_TPU_CHIPS:
+    raise ValueError(f"`--workers` = {workers} on TPU {version} chips: a worker per chip is "
+                     f"laid out for chips of one device ({', '.join(ONE_DEVICE_TPU_CHIPS)}); "
+                     "use --workers=1 and `--mesh`.")
+  groups = []
+  for i in range(workers):
+    port = str(base_port + i)
+    groups.append({"TPU_VISIBLE_CHIPS": str(i), "TPU_CHIPS_PER_PROCESS_BOUNDS": "1,1,1",
+                   "TPU_PROCESS_BOUNDS": "1,1,1", "TPU_PROCESS_PORT": port,
+                   "TPU_PROCESS_ADDRESSES": f"localhost:{port}", "CLOUD_TPU_TASK_ID": "0",
+                   "ALLOW_MULTIPLE_LIBTPU_LOAD": "1"})
+  return groups
 
 
 def _worker_init(parent_pid: int, stop, index: int, environment: dict | None = None) -> None:
@@ -110,6 +172,9 @@ def _worker_init(parent_pid: int, stop, index: int, environment: dict | None = N
     use_one_core(index=index)
   else:
     os.environ.update(environment)
+    if "JAX_PLATFORMS" in environment:  # jax read it as it was imported, with the job
+      import jax  # pylint: disable=g-import-not-at-top
+      jax.config.update("jax_platforms", environment["JAX_PLATFORMS"])
   host_memory.keep_freed_memory()  # before the worker's JAX starts, as the driver does
   try:  # Linux: die with the parent (a `kill -9` of the driver stops its workers too)
     import ctypes  # pylint: disable=g-import-not-at-top
@@ -135,8 +200,16 @@ def why(error: BaseException) -> str:
 def _worker_main(parent_pid: int, stop, index: int, conn, train: Callable,
                  deadline: float | None, environment: dict | None = None) -> None:
   """A worker's life: jobs from `conn` until None, each answered with
-  ('finished', bool), ('interrupted', signum) or ('failed', one line)."""
-  _worker_init(parent_pid, stop, index, environment)
+  ('finished', bool), ('interrupted', signum) or ('failed', one line). A
+  worker whose set-up failed (a TPU chip it cannot open) fails each job it
+  is given with that reason, so every run says why instead of each worker
+  dying with a bare exit status."""
+  try:
+    _worker_init(parent_pid, stop, index, environment)
+    broken = None
+  except Exception as e:  # pylint: disable=broad-except
+    traceback.print_exc()
+    broken = "its worker could not start: " + (why(e).splitlines() or [""])[0]
   log = lambda line: print(line, flush=True)
   while True:
     try:
@@ -145,6 +218,9 @@ def _worker_main(parent_pid: int, stop, index: int, conn, train: Callable,
       return
     if job is None:
       return
+    if broken is not None:
+      conn.send(("failed", broken))
+      continue
     try:
       interrupts.check()  # asked to stop before this run began: nothing to save
       answer = ("finished", bool(train(job, log=log, deadline=deadline)))

@@ -163,32 +163,34 @@ def _size(n: float) -> str:
   return f"{n / 2**30:,.1f} GiB" if n >= 2**30 else f"{n / 2**20:,.1f} MiB"
 
 
-def check_memory(run: RunConfig, data, available: int | None = None) -> None:
+def check_memory(run: RunConfig, data, available: int | None = None,
+                 shared: bool = True) -> None:
   """A ValueError of one line, naming the flags to change, if the point
   `run` cannot fit in the memory it would live in (`training_memory()`
   unless `available` is given), shared by the `run.workers` processes that
-  train at once: its training state (`state_bytes`) and one training step's
-  batch (`step_bytes`, a lower bound), or an evaluation budget
+  train at once (unless not `shared`: each has `available` to itself): its
+  training state (`state_bytes`) and one training step's batch
+  (`step_bytes`, a lower bound), or an evaluation budget
   (`--eval_memory_gb`) larger than that share. Called before anything is
   made: a size that cannot fit ends in one line and no workdir, not in an
   out-of-memory traceback after the workdir was made."""
   count, state = state_bytes(run, data)
   step = step_bytes(run, data)
   available = training_memory() if available is None else available
-  share = max(run.workers, 1)
-  shared = f", shared by {share} --workers" if share > 1 else ""
+  share = max(run.workers, 1) if shared else 1
+  shared_text = f", shared by {share} --workers" if share > 1 else ""
   if state + step > available / share:
     raise ValueError(
         f"{run.arm.label}: {_members(run)} of {count:,} parameters need "
         f"{_size(state)} for the parameters, Adam moments and best copy, and a training "
         f"batch of {run.data.batch_size:,} sentences at least {_size(step)} for its logits and "
-        f"encoder output, over the {_size(available / share)} of memory available{shared}; "
+        f"encoder output, over the {_size(available / share)} of memory available{shared_text}; "
         f"{_advice(state, step, available, share)}.")
   budget = run.evaluation.eval_memory_gb * 2**30
   if budget > available / share:
     raise ValueError(
         f"--eval_memory_gb={run.evaluation.eval_memory_gb:g} is over the "
-        f"{_size(available / share)} of memory available{shared}; lower it (0 = half of "
+        f"{_size(available / share)} of memory available{shared_text}; lower it (0 = half of "
         "that).")
 
 

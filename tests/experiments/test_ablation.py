@@ -473,6 +473,37 @@ def test_transformer_smoke_preset_end_to_end(tmp_path):
   assert "| 8 |" in table and "–" in table  # additive stops at d_k = 4
 
 
+# The ablation driver on a TPU VM whose chips cannot be opened (this host's
+# PCI bus faked to hold 2 v5e chips, and no libtpu).
+_FAKE_TPU_VM = """
+import sys
+from absl import app
+from attention_jax.sweep import workers
+from experiments import ablation
+workers.tpu_chips = lambda: (2, "v5e")
+sys.argv = ["ablation"] + sys.argv[1:]
+app.run(ablation.main)
+"""
+
+
+@pytest.mark.slow  # two worker processes start jax (about 20 s on 2 cores)
+def test_workers_that_cannot_open_their_tpu_chip_fail_their_runs_instead_of_using_the_cpu(
+    tmp_path):
+  workdir = str(tmp_path / "w")
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  proc = subprocess.run(
+      [sys.executable, "-c", _FAKE_TPU_VM, "--preset=smoke", "--arms=additive,multiplicative",
+       "--dims=8", "--steps=4", "--eval_every=2", "--checkpoint_every=2", "--workers=2",
+       f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+  assert proc.returncode == 1, proc.stderr[-3000:]
+  last = proc.stderr.strip().splitlines()[-1]
+  assert last.startswith("error: 2 of 2 runs failed: "), last
+  assert last.count("tpu") >= 2  # each run names the backend its worker could not start
+  assert not os.path.exists(os.path.join(workdir, "results.jsonl"))
+  for run in ("additive_d8", "multiplicative_d8"):
+    assert not os.path.exists(os.path.join(workdir, "runs", run, "result.json"))
+
+
 @pytest.mark.slow  # two smoke ablations of 4 members on 4 host devices each: 556 s on the loaded 2 cores
 def test_workers_on_groups_of_devices_give_the_numbers_of_the_runs_on_one_group(tmp_path):
   """8 host devices and `--workers=2`: each worker process sees 4 devices

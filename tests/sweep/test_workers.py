@@ -234,6 +234,22 @@ def test_a_dead_workers_replacement_takes_its_device_group(tmp_path):
   assert _seen(tmp_path, "job3")["group"] in ("a", "b")
 
 
+def test_a_worker_that_cannot_start_its_backend_fails_each_run_saying_why(tmp_path):
+  # Held to a TPU this host lacks (what a worker whose chip cannot be opened
+  # meets): no run trains, each names the backend; the worker does not die.
+  jobs = [ToyJob(f"job{i}", "ok", str(tmp_path)) for i in range(3)]
+  lines = []
+  with pytest.raises(workers.RunsFailed) as e:
+    workers.run_in_workers(1, jobs, group_train, None, lambda job: None, log=lines.append,
+                           environments=[{"JAX_PLATFORMS": "tpu"}])
+  message = str(e.value)
+  assert message.startswith("3 of 3 runs failed: [job0] its worker could not start: "
+                            "RuntimeError: Unable to initialize backend 'tpu'")
+  assert message.count("its worker could not start") == 3 and "\n" not in message
+  assert not any(os.path.exists(tmp_path / f"job{i}") for i in range(3))  # none trained
+  assert len(lines) == 3 and all("could not start" in line for line in lines)
+
+
 def test_fewer_device_groups_than_workers_is_refused():
   with pytest.raises(ValueError, match="`--workers` = 2 needs as many device groups; 1 given"):
     workers.run_in_workers(2, [ToyJob("job0", "ok", "x")], group_train, None,
@@ -253,7 +269,9 @@ for name, workers_count, seeds, scheme in (("two", 2, 4, "members"), ("one", 1, 
                                           ("auto", 4, 4, "auto")):
   cfg = config.from_preset("smoke", seeds=seeds, workers=workers_count)
   try:
-    out[name] = common.worker_groups(cfg, scheme)
+    groups, group_memory = common.worker_groups(cfg, scheme)
+    assert group_memory is None  # host devices share the host's memory
+    out[name] = groups
   except ValueError as e:
     out[name] = "error: " + str(e)
 print("RESULT " + json.dumps(out))
@@ -282,3 +300,88 @@ def test_the_driver_splits_8_devices_between_the_workers_and_checks_each_group()
   assert [g["XLA_FLAGS"] for g in out["auto"]] == [
       "--xla_force_host_platform_device_count=2"] * 4
   assert all("\n" not in v for v in out.values() if isinstance(v, str))
+
+
+# --- a worker per TPU chip ---------------------------------------------------
+
+def test_tpu_groups_give_each_worker_one_chip_and_a_port_of_its_own():
+  groups = workers.tpu_groups(4, 8, "v5e", base_port=9000)
+  assert [g["TPU_VISIBLE_CHIPS"] for g in groups] == ["0", "1", "2", "3"]  # 4 chips idle
+  assert [g["TPU_PROCESS_PORT"] for g in groups] == ["9000", "9001", "9002", "9003"]
+  for g in groups:  # each a one-chip slice of its own, its address its own port
+    assert g["TPU_CHIPS_PER_PROCESS_BOUNDS"] == g["TPU_PROCESS_BOUNDS"] == "1,1,1"
+    assert g["TPU_PROCESS_ADDRESSES"] == f"localhost:{g['TPU_PROCESS_PORT']}"
+    assert g["CLOUD_TPU_TASK_ID"] == "0" and g["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
+  assert len(workers.tpu_groups(8, 8, "v6e")) == 8
+
+
+@pytest.mark.parametrize("args, match", [
+    ((9, 8, "v5e"), r"^`--workers` = 9 on a TPU VM of 8 chips: .* give at most 8\.$"),
+    ((0, 8, "v5e"), r"^`--workers` = 0 on a TPU VM of 8 chips"),
+    ((2, 4, "v3"), r"^`--workers` = 2 on TPU v3 chips: .*--mesh`\.$"),
+    ((2, 4, None), r"^`--workers` = 2 on TPU None chips")])
+def test_tpu_groups_refuse_in_one_line_naming_the_flag(args, match):
+  with pytest.raises(ValueError, match=match) as e:
+    workers.tpu_groups(*args)
+  assert "\n" not in str(e.value)
+
+
+def test_tpu_chips_are_read_without_a_backend_and_none_where_jax_cannot_say(monkeypatch):
+  from jax._src import hardware_utils  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(hardware_utils, "num_available_tpu_chips_and_device_id",
+                      lambda: (8, hardware_utils.TpuVersion.v5e))
+  assert workers.tpu_chips() == (8, "v5e")
+  monkeypatch.setattr(hardware_utils, "num_available_tpu_chips_and_device_id",
+                      lambda: (0, None))
+  assert workers.tpu_chips() == (0, None)
+  monkeypatch.delattr(hardware_utils, "num_available_tpu_chips_and_device_id")
+  assert workers.tpu_chips() == (0, None)
+
+
+# The driver's choice on a TPU VM (`common.worker_groups`), the chips faked:
+# it must never open a chip (its workers need them all), so it ends on the
+# CPU; every refusal is one line before any work. Prints what it saw.
+_TPU_SCRIPT = """
+import json, os
+from attention_jax.sweep import config, workers
+from experiments import common
+workers.tpu_chips = lambda: (4, "v5e")
+out = {}
+for name, workers_count in (("too_many", 5), ("two", 2)):
+  cfg = config.from_preset("smoke", workers=workers_count)
+  try:
+    out[name] = common.worker_groups(cfg, "auto")
+  except ValueError as e:
+    out[name] = "error: " + str(e)
+out["started_before_devices"] = common.backend_started()
+import jax
+out["driver_platform"] = jax.devices()[0].platform
+out["again"] = None
+try:
+  common.worker_groups(config.from_preset("smoke", workers=2), "auto")
+except ValueError as e:
+  out["again"] = "error: " + str(e)
+print("RESULT " + json.dumps(out))
+"""
+
+
+def test_the_driver_gives_each_worker_a_tpu_chip_and_keeps_off_them_itself():
+  import subprocess  # pylint: disable=g-import-not-at-top
+  import sys  # pylint: disable=g-import-not-at-top
+  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+  env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+  proc = subprocess.run([sys.executable, "-c", _TPU_SCRIPT], cwd=root, env=env,
+                        capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  out = json.loads(proc.stdout.split("RESULT ", 1)[1])
+  assert out["too_many"] == ("error: `--workers` = 5 on a TPU VM of 4 chips: each worker "
+                             "opens one chip of its own; give at most 4.")
+  groups, group_memory = out["two"]
+  assert [g["TPU_VISIBLE_CHIPS"] for g in groups] == ["0", "1"]
+  assert {g["JAX_PLATFORMS"] for g in groups} == {"tpu"}  # a worker never falls back to CPU
+  assert group_memory == 16 * 2**30  # a v5e chip's, not the host's shared by the workers
+  # Nothing had started a backend when the driver chose, and it then ran on the CPU.
+  assert out["started_before_devices"] is False
+  assert out["driver_platform"] == "cpu"
+  assert out["again"].startswith("error: `--workers` = 2 on a TPU VM: this process has "
+                                 "already started a JAX backend")

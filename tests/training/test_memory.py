@@ -67,11 +67,39 @@ def test_an_evaluation_budget_over_the_memory_is_refused():
     config.from_preset("smoke", eval_memory_gb=1e300)  # its bytes overflowed an integer
 
 
+def test_a_worker_with_memory_of_its_own_is_checked_against_all_of_it():
+  run, data = _point(workers=8)
+  need = memory.state_bytes(run, data)[1] + memory.step_bytes(run, data)
+  with pytest.raises(ValueError, match="shared by 8 --workers"):
+    memory.check_memory(run, data, available=2 * need)
+  memory.check_memory(run, data, available=2 * need, shared=False)  # a chip or GPU each
+  with pytest.raises(ValueError) as info:
+    memory.check_memory(run, data, available=need // 2, shared=False)
+  assert "shared by" not in str(info.value) and "lower --workers" not in str(info.value)
+
+
+def test_runs_on_groups_of_devices_are_checked_against_a_groups_memory(tmp_path, monkeypatch):
+  seen = []
+
+  def check(run, data, available=None, shared=True):
+    seen.append((available, shared))
+    raise ValueError("refused")
+
+  monkeypatch.setattr(memory, "check_memory", check)
+  cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), workers=2)
+  with pytest.raises(ValueError, match="refused"):
+    runner.run(cfg, str(tmp_path / "w"), report=reports.write,
+               worker_environments=[{}, {}], group_memory=16 * 2**30)
+  assert seen == [(16 * 2**30, False)]
+  assert not (tmp_path / "w").exists()
+
+
 def test_the_memory_is_shared_by_the_runs_that_train_at_once_not_by_the_flag(tmp_path,
                                                                              monkeypatch):
   seen = []
 
-  def check(run, data, available=None):
+  def check(run, data, available=None, shared=True):
+    assert available is None and shared  # the workers share this host's memory
     seen.append(run.workers)
     raise ValueError("refused")
 
