@@ -170,7 +170,10 @@ def _checked(run: run_folder.RunDir, cfg: config_lib.ExperimentConfig,
   ValueError line naming it): its numbers would not be this grid's."""
   if not os.path.exists(run.config):
     return  # not started: nothing to check
-  other_steps = workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm), write=False)
+  other_steps = workdir_lib.check_run(
+      run, workdir_lib.fingerprint(cfg, arm), write=False,
+      advice="it is not a run of this grid: read it with the settings it was trained with "
+             "(--preset, --layer_norm) or point --main / --controls at this grid's workdirs")
   if other_steps is not None:
     raise ValueError(f"{run.config} records a run of {other_steps} steps, not the grid's "
                      f"{cfg.steps}; it is not a run of this grid.")

@@ -98,12 +98,19 @@ def wrong_value(old: dict, fp: dict) -> str | None:
   return None
 
 
-def check_run(run: RunDir, fp: dict, write: bool = True) -> int | None:
+# What a refused run folder tells the person training: train elsewhere, or
+# again from scratch. A reader of results passes its own (`check_run`).
+TRAINING_ADVICE = "use another --workdir or delete that folder"
+
+
+def check_run(run: RunDir, fp: dict, write: bool = True,
+              advice: str = TRAINING_ADVICE) -> int | None:
   """Refuses the run folder `run` if it was made with other settings than
-  `fp` (a `fingerprint`); records them in a new one (unless `write` is
-  False). Returns the folder's step count where `fp` only asks for more steps
-  and the run can be extended (`why_not_extended`), else None; the caller
-  then extends it (`extend_run`)."""
+  `fp` (a `fingerprint`), in one line ending with `advice`; records them in
+  a new one (unless `write` is False). Returns the folder's step count where
+  `fp` only asks for more steps and the run can be extended
+  (`why_not_extended`), else None; the caller then extends it
+  (`extend_run`)."""
   if os.path.exists(run.config):
     remedy = f"restore it, or delete the folder {run.path} to train that run again"
     old = files.read_json(run.config, dict, remedy)
@@ -119,17 +126,14 @@ def check_run(run: RunDir, fp: dict, write: bool = True) -> int | None:
       if why is None:
         return int(old["steps"])
       raise ValueError(f"{run.path} holds a run of {old['steps']} steps, not "
-                       f"{fp['steps']}, and {why}; use another --workdir or delete that "
-                       "folder.")
+                       f"{fp['steps']}, and {why}; {advice}.")
     if "members" in diff:  # E is the checkpoint's shape: its members cannot change
       there, now = diff["members"]
       raise ValueError(f"{run.path} holds a run of --members={there!r}, not {now!r}: a "
-                       "run's members cannot change; use another --workdir or delete that "
-                       "folder.")
+                       f"run's members cannot change; {advice}.")
     if diff:
       shown = ", ".join(f"{k}: {a!r} there vs {b!r} now" for k, (a, b) in diff.items())
-      raise ValueError(f"{run.path} holds a run with other settings ({shown}); "
-                       "use another --workdir or delete that folder.")
+      raise ValueError(f"{run.path} holds a run with other settings ({shown}); {advice}.")
   elif write and multihost.is_primary():
     run.record(fp)
   return None

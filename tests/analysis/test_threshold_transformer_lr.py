@@ -81,8 +81,13 @@ def test_its_members_form_reads_as_its_sweep_form(pre_grid, tmp_path):
 
 
 def test_a_grid_of_the_other_layer_norm_is_refused_naming_the_difference(pre_grid):
-  with pytest.raises(ValueError, match="layer_norm: 'pre' there vs 'post' now"):
+  with pytest.raises(ValueError, match="layer_norm: 'pre' there vs 'post' now") as e:
     threshold_report.read(str(pre_grid), "", "transformer_lr", "post")
+  # A report's advice, not a training run's ("use another --workdir or delete it").
+  assert str(e.value).endswith("it is not a run of this grid: read it with the settings it "
+                               "was trained with (--preset, --layer_norm) or point --main / "
+                               "--controls at this grid's workdirs.")
+  assert "delete" not in str(e.value)
 
 
 @pytest.mark.parametrize("preset, layer_norm, controls, named", [
