@@ -63,6 +63,8 @@ ablation-transformer: $(STAMP) sword
 # gpu preset in one go (no 7-minute pieces), its steps from a calibration where
 # CALIBRATION names its calibration.json, and refuses a venv whose JAX sees no GPU or TPU.
 GWORKDIR    ?= runs/gpu
+# More flags for ablation-gpu, e.g. GFLAGS=--workers=8 (a GPU or a TPU chip per worker).
+GFLAGS      ?=
 CALIBRATION ?=
 .PHONY: venv-cuda venv-tpu ablation-gpu
 venv-cuda: sword
@@ -77,7 +79,7 @@ ablation-gpu: $(STAMP) sword
 	@$(PY) -c 'import jax, sys; b = jax.default_backend(); sys.exit(0 if b in ("gpu", "tpu") \
 	  else f"error: JAX sees no GPU or TPU (backend {b}): make venv-cuda or make venv-tpu")'
 	$(PY) -m experiments.ablation --preset=gpu --max_minutes=0 --workdir=$(GWORKDIR) \
-	  $(if $(CALIBRATION),--calibration=$(CALIBRATION))
+	  $(if $(CALIBRATION),--calibration=$(CALIBRATION)) $(GFLAGS)
 
 demo: $(STAMP)
 	$(PY) -m experiments.demo
