@@ -107,9 +107,8 @@ def device_groups(workers: int, platform: str, num_devices: int,
 # High-bandwidth memory per chip, GiB, by jax's name of the TPU generation
 # (`jax._src.hardware_utils.TpuVersion`), as Cloud TPU's system-architecture
 # pages publish it: what a worker's run has on its one chip. The driver,
-# which never opens a chip, checks each run against this before any work;
-# a generation not listed here is checked by the worker's own evaluation
-# budget only.
+# which never opens a chip, checks each run against this before any work
+# (every generation `tpu_groups` accepts is here).
 TPU_HBM_GIB = {"v4": 32, "v5e": 16, "v5p": 95, "v6e": 32, "tpu7x": 192}
 
 # TPU generations whose chip is one jax device (v4 on: one megacore per
