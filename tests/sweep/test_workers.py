@@ -313,6 +313,8 @@ def test_tpu_groups_give_each_worker_one_chip_and_a_port_of_its_own():
     assert g["TPU_PROCESS_ADDRESSES"] == f"localhost:{g['TPU_PROCESS_PORT']}"
     assert g["CLOUD_TPU_TASK_ID"] == "0" and g["ALLOW_MULTIPLE_LIBTPU_LOAD"] == "1"
   assert len(workers.tpu_groups(8, 8, "v6e")) == 8
+  # Every generation given a chip per worker has a memory the driver checks runs against.
+  assert set(workers.TPU_HBM_GIB) == set(workers.ONE_DEVICE_TPU_CHIPS)
 
 
 @pytest.mark.parametrize("args, match", [
