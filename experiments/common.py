@@ -247,8 +247,7 @@ def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   chips, version = workers.tpu_chips() if not platforms or "tpu" in platforms else (0, None)
   if chips:
     if distributed_started():
-      raise ValueError(f"`--workers` = {cfg.workers} with several processes "
-                       "(`--num_processes`): give one or the other.")
+      raise ValueError(_with_processes(cfg))
     if backend_started():
       raise ValueError(f"`--workers` = {cfg.workers} on a TPU VM: this process has already "
                        "started a JAX backend, which holds the chips its workers need; start "
@@ -265,8 +264,7 @@ def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   if len(devices) == 1:
     return None, None
   if jax.process_count() > 1:
-    raise ValueError(f"`--workers` = {cfg.workers} with several processes "
-                     "(`--num_processes`): give one or the other.")
+    raise ValueError(_with_processes(cfg))
   groups = workers.device_groups(cfg.workers, devices[0].platform, len(devices))
   runner.device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
   for environment in groups:  # the command line's choice, else jax's default
@@ -277,6 +275,12 @@ def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   # devices (the tests' stand-in) share the host's.
   own = devices[0].platform != "cpu"
   return groups, (memory.training_memory() if own else None)
+
+
+def _with_processes(cfg: config_lib.ExperimentConfig) -> str:
+  """The refusal of `--workers` in a run of several processes."""
+  return (f"`--workers` = {cfg.workers} with several processes (`--num_processes`): give "
+          "one or the other.")
 
 
 def distributed_started() -> bool:
