@@ -105,9 +105,16 @@ def largest_fitting_batch(measure: Callable[[int], int], budget: int, limit: int
 
 def evaluation_budget(eval_memory_gb: float, workers: int) -> int:
   """Bytes one evaluation program may use: `eval_memory_gb` GiB, or (0) half
-  the memory the system has available now, shared by the `workers`."""
+  the memory the program runs in: on an accelerator its own (`bytes_limit`:
+  a worker given a GPU or chip has it to itself), on the CPU what the system
+  has available now, shared by the `workers`. The host's memory says nothing
+  of a GPU's: on the first GPU sweep (an H200 on a host of 128 GiB) the
+  budget was half the host's RAM."""
   if eval_memory_gb:
     return int(eval_memory_gb * 2**30)
+  device = accelerator_memory()
+  if device is not None:
+    return int(0.5 * device)
   return int(0.5 * available_memory() / max(workers, 1))
 
 
@@ -209,11 +216,18 @@ def training_memory() -> int:
   """Bytes the training state may take: an accelerator's own memory (its
   `bytes_limit`; with data parallelism every device holds a replica), else
   what the system has available (`available_memory`)."""
+  device = accelerator_memory()
+  return available_memory() if device is None else device
+
+
+def accelerator_memory() -> int | None:
+  """The first device's `bytes_limit` where it is an accelerator that reports
+  one (what XLA's allocator may take of it), else None (the CPU)."""
   device = jax.devices()[0]
   stats = device.memory_stats() if device.platform != "cpu" else None
   if stats and stats.get("bytes_limit"):
     return int(stats["bytes_limit"])
-  return available_memory()
+  return None
 
 
 def available_memory() -> int:

@@ -8,6 +8,8 @@ of whole (arm, dim) cells. This measures, for a few cells (`--cells`, default
 the first arm at the largest dimension and the last arm at the smallest), with
 the sweep's own trainer, seeds and dtype:
 
+  - the choice of the evaluation batches before training (`check_memory`,
+    which compiles programs whose cheap memory bound does not fit);
   - the first training step (compilation) and the median of the next
     `--calibration_steps` steps;
   - one validation (greedy BLEU on the validation sentences and the
@@ -95,6 +97,11 @@ class CellTimes:
   first_test_batch_s: float  # one batch at the final beam, compiling
   test_batch_s: float  # the same again
   test_batch_sentences: int
+  # Choosing the evaluation batches before training (`check_memory`): where
+  # the cheap bound of a program's memory does not fit, it compiles the
+  # program, several times while it searches. Timed since a sweep's first
+  # cell on a GPU logged no step in 6 minutes (results/gpu_h200/2026-11-28).
+  batch_search_s: float = 0.0
 
 
 def parse_cells(text: str) -> tuple[tuple[str, int], ...]:
@@ -126,7 +133,7 @@ def cell_seconds(times: CellTimes, steps: int, *, eval_every: int, test_sentence
   compile_s = ((times.first_step_s - times.step_s)
                + (times.first_validation_s - times.validation_s)
                + (times.first_test_batch_s - times.test_batch_s))
-  return (times.build_s + max(compile_s, 0.0) + steps * times.step_s
+  return (times.build_s + times.batch_search_s + max(compile_s, 0.0) + steps * times.step_s
           + validations * times.validation_s
           + test_batches * times.test_batch_s + times.validation_s)  # + the final perplexity
 
@@ -270,6 +277,9 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
     trainer.bleu(trainer.params, "validation", cfg.eval_examples, trainer.val_beam_size)
     trainer.perplexity(trainer.params, "validation")
 
+  batch_search_s = 0.0
+  if not steps_only:  # what the sweep does before its first step; validation and test reuse it
+    _, batch_search_s, _ = benchmarking.timed(lambda: trainer.evaluator.check_memory(log))
   per_batch = trainer.eval_batch_size(f"beam{cfg.beam_size}", "test")
   test = lambda: trainer.translate(trainer.params, "test", per_batch, cfg.beam_size)
   if steps_only:
@@ -280,7 +290,8 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
   times = CellTimes(arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
                     step_s=statistics.median(step_times), first_validation_s=first_validation_s,
                     validation_s=validation_s, first_test_batch_s=first_test_batch_s,
-                    test_batch_s=test_batch_s, test_batch_sentences=per_batch)
+                    test_batch_s=test_batch_s, test_batch_sentences=per_batch,
+                    batch_search_s=batch_search_s)
   log(f"[{arm_name}:{dim}] " + ", ".join(
       f"{k} {v:.4f}" for k, v in dataclasses.asdict(times).items() if k.endswith("_s")))
   return times
@@ -289,10 +300,11 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
 def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -> str:
   """calibration.md: the measurements and the plan."""
   lines = [f"# Sweep calibration\n\n{settings}\n",
-           "| cell | build s | first step s | step ms | validation s (first) | "
-           "test batch s (first) |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+           "| cell | build s | batch search s | first step s | step ms | validation s (first) | "
+           "test batch s (first) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
   for t in measured:
-    lines.append(f"| {t.arm}:{t.dim} | {t.build_s:.1f} | {t.first_step_s:.1f} | "
+    lines.append(f"| {t.arm}:{t.dim} | {t.build_s:.1f} | {t.batch_search_s:.1f} | "
+                 f"{t.first_step_s:.1f} | "
                  f"{1000 * t.step_s:.1f} | {t.validation_s:.1f} ({t.first_validation_s:.1f}) "
                  f"| {t.test_batch_s:.2f} ({t.first_test_batch_s:.1f}) |")
   verdict = "fits" if result["fits"] else "does NOT fit: fewer steps than --min_steps"

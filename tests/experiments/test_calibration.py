@@ -233,7 +233,33 @@ def test_steps_only_times_the_training_step_and_leaves_any_plan_alone(tmp_path):
                                                                  ("multiplicative", 16)]
   for m in written["measured"]:
     assert m["step_s"] > 0 and m["first_step_s"] >= m["step_s"]
-    assert m["validation_s"] == m["test_batch_s"] == 0.0  # not measured
+    assert m["validation_s"] == m["test_batch_s"] == m["batch_search_s"] == 0.0  # not measured
   assert "plan" not in written and written["provenance"]["commit"]
   assert (workdir / "calibration.json").read_text() == "{}"
   assert "| additive:8 |" in (workdir / "calibration_steps.md").read_text()
+
+
+def test_the_evaluation_batch_search_is_part_of_a_cells_time():
+  t = _times()
+  searched = cal.CellTimes(**{**t.__dict__, "batch_search_s": 90.0})
+  for steps in (0, 3000):
+    assert cal.cell_seconds(searched, steps, eval_every=1000, test_sentences=1958) == (
+        pytest.approx(cal.cell_seconds(t, steps, eval_every=1000, test_sentences=1958) + 90.0))
+
+
+@pytest.mark.slow
+def test_a_full_calibration_times_the_evaluation_batch_search(tmp_path):
+  import subprocess
+  import sys
+  toy = ["--arms=additive", "--dims=8", "--seeds=1", "--steps=6", "--embed_dim=16",
+         "--hidden_dim=16", "--decoder_layers=1", "--batch_size=8", "--max_length=24",
+         "--eval_examples=8", "--test_examples=8", "--warmup_steps=2", "--eval_every=3",
+         "--checkpoint_every=3", "--min_steps=3"]
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.benchmarks.calibration", "--preset=gpu",
+       f"--workdir={tmp_path}", "--calibration_steps=2", "--cells=additive:8", *toy],
+      cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  (m,) = json.loads((tmp_path / "calibration.json").read_text())["measured"]
+  assert m["batch_search_s"] > 0 and m["validation_s"] > 0 and m["test_batch_s"] > 0
+  assert "| batch search s |" in (tmp_path / "calibration.md").read_text()

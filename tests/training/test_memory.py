@@ -132,3 +132,27 @@ def test_a_size_the_memory_check_let_through_is_one_line_and_no_workdir(tmp_path
   assert proc.returncode != 0 and len(err) == 1, proc.stderr[-3000:]
   assert err[0].startswith("error:") and needle in err[0]
   assert not (tmp_path / "w").exists()
+
+
+class _FakeDevice:
+  def __init__(self, platform, stats):
+    self.platform, self._stats = platform, stats
+
+  def memory_stats(self):
+    return self._stats
+
+
+def test_the_evaluation_budget_is_half_the_accelerators_memory_not_the_hosts(monkeypatch):
+  monkeypatch.setattr(memory, "available_memory", lambda: 128 * 2**30)
+  monkeypatch.setattr(memory.jax, "devices",
+                      lambda: [_FakeDevice("gpu", {"bytes_limit": 24 * 2**30})])
+  # A 24 GiB GPU on a 128 GiB host: half the GPU, whatever the workers (each has its own).
+  assert memory.evaluation_budget(0.0, workers=1) == 12 * 2**30
+  assert memory.evaluation_budget(0.0, workers=4) == 12 * 2**30
+  assert memory.training_memory() == 24 * 2**30
+  assert memory.evaluation_budget(3.0, workers=4) == 3 * 2**30  # the flag wins
+  # The CPU, or an accelerator that reports no limit: the host's, shared by the workers.
+  for device in (_FakeDevice("cpu", None), _FakeDevice("gpu", {})):
+    monkeypatch.setattr(memory.jax, "devices", lambda device=device: [device])
+    assert memory.evaluation_budget(0.0, workers=4) == 16 * 2**30
+    assert memory.training_memory() == 128 * 2**30
