@@ -154,6 +154,8 @@ class RunActions:
     self.timed_steps += 1
     if self.timed_steps > 1:  # the first step of a call compiles: no steady-state time
       self.steady_seconds += seconds
+    else:  # said at once: before the first progress line a run was silent for minutes
+      self.log(f"[{self.label}] step {state.step}: {seconds:.1f} s with compilation")
     self.window_seconds += seconds
     self.window_tokens += (int((batch.tgt != self.trainer.tok.pad_id).sum())
                            * len(self.trainer.seeds))

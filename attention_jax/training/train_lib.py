@@ -26,6 +26,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import time
 from typing import Callable, Iterator
 
 from flax import nnx
@@ -287,7 +288,9 @@ class EnsembleTrainer:
         meta = with_logged_best_ppl(meta, history, self.seeds)
       self.state = self.state.restored(arrays, meta)
       log(f"[{self.label}] resumed at step {self.state.step}")
+    searched = time.time()
     self.evaluator.check_memory(log)
+    log(f"[{self.label}] evaluation batches chosen in {time.time() - searched:.1f} s")
     board = Board(run_dir, self.seeds, members=[m.keys for m in self.members],
                   start_step=self.state.step, enabled=multihost.is_primary(), log=log)
     metrics = MetricsLog(paths.metrics, log=log,
