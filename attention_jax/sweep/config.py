@@ -133,7 +133,7 @@ class ExperimentConfig:
   # Changes no more than `eval_batch_size` (above) does: it only bounds it.
   eval_memory_gb: float = flag_field(
       0.0, "memory one evaluation program may use, GiB (0 = half the accelerator's own "
-      "memory; on the CPU half the memory available when the run starts, shared by the "
+      "memory, on the CPU half the memory available when the run starts; shared by the "
       "--workers)", changes_numbers=False)
   eval_examples: int = flag_field(0, "validation sentences used during training (0 = all)")
   test_examples: int = flag_field(0, "test sentences for the final BLEU (0 = all)")

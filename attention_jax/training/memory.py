@@ -105,17 +105,17 @@ def largest_fitting_batch(measure: Callable[[int], int], budget: int, limit: int
 
 def evaluation_budget(eval_memory_gb: float, workers: int) -> int:
   """Bytes one evaluation program may use: `eval_memory_gb` GiB, or (0) half
-  the memory the program runs in: on an accelerator its own (`bytes_limit`:
-  a worker given a GPU or chip has it to itself), on the CPU what the system
-  has available now, shared by the `workers`. The host's memory says nothing
-  of a GPU's: on the first GPU sweep (an H200 on a host of 128 GiB) the
-  budget was half the host's RAM."""
+  the memory the program runs in, shared by the `workers`: on an accelerator
+  its own (`bytes_limit`), on the CPU what the system has available now. The
+  host's memory says nothing of a GPU's: on the first GPU sweep (an H200 on a
+  host of 128 GiB) the budget was half the host's RAM. Workers that each have
+  a GPU or chip of their own are held to the same share, which only makes
+  their evaluation batches smaller (the batch changes no number), because
+  this process cannot tell them from workers sharing one device."""
   if eval_memory_gb:
     return int(eval_memory_gb * 2**30)
   device = accelerator_memory()
-  if device is not None:
-    return int(0.5 * device)
-  return int(0.5 * available_memory() / max(workers, 1))
+  return int(0.5 * (available_memory() if device is None else device) / max(workers, 1))
 
 
 def state_bytes(run: RunConfig, data) -> tuple[int, int]:

@@ -229,7 +229,7 @@ class EvalConfig:
   eval_examples: int
   test_examples: int
   eval_batch_size: int
-  eval_memory_gb: float  # 0: half the accelerator's memory (CPU: available, shared by the workers)
+  eval_memory_gb: float  # 0: half the accelerator's (CPU: available) memory, shared by the workers
 
   @property
   def validation_beam(self) -> int:

@@ -146,9 +146,9 @@ def test_the_evaluation_budget_is_half_the_accelerators_memory_not_the_hosts(mon
   monkeypatch.setattr(memory, "available_memory", lambda: 128 * 2**30)
   monkeypatch.setattr(memory.jax, "devices",
                       lambda: [_FakeDevice("gpu", {"bytes_limit": 24 * 2**30})])
-  # A 24 GiB GPU on a 128 GiB host: half the GPU, whatever the workers (each has its own).
+  # A 24 GiB GPU on a 128 GiB host: half the GPU, shared by the workers.
   assert memory.evaluation_budget(0.0, workers=1) == 12 * 2**30
-  assert memory.evaluation_budget(0.0, workers=4) == 12 * 2**30
+  assert memory.evaluation_budget(0.0, workers=4) == 3 * 2**30
   assert memory.training_memory() == 24 * 2**30
   assert memory.evaluation_budget(3.0, workers=4) == 3 * 2**30  # the flag wins
   # The CPU, or an accelerator that reports no limit: the host's, shared by the workers.
