@@ -11,9 +11,9 @@ import time
 from typing import Any, Callable, Mapping
 
 from absl import logging
-import jax
 
 from attention_jax import benchmarking as bm
+from attention_jax.training import memory as memory_lib
 from experiments.benchmarks.settings import Settings
 
 Ready = Mapping[str, tuple[dict, Callable[[], Any], float]]
@@ -21,24 +21,14 @@ Ready = Mapping[str, tuple[dict, Callable[[], Any], float]]
 
 def memory_limit_bytes(memory_limit_gb: float | None) -> int:
   """Programs bigger than this are not run: the setting, else 90% of the
-  accelerator's memory, else half the available RAM (else 8 GiB)."""
+  accelerator's memory, else half the available RAM (`training.memory`'s
+  readers, which the trainer's budgets use too)."""
   if memory_limit_gb is not None:
     return int(memory_limit_gb * 2 ** 30)
-  stats = None
-  try:
-    stats = jax.devices()[0].memory_stats()
-  except Exception:  # pylint: disable=broad-except
-    pass
-  if stats and stats.get("bytes_limit"):
-    return int(0.9 * stats["bytes_limit"])
-  try:
-    with open("/proc/meminfo", encoding="utf-8") as f:
-      for line in f:
-        if line.startswith("MemAvailable"):
-          return int(line.split()[1]) * 1024 // 2
-  except OSError:
-    pass
-  return 8 * 2 ** 30
+  device = memory_lib.accelerator_memory()
+  if device is not None:
+    return int(0.9 * device)
+  return memory_lib.available_memory() // 2
 
 
 def compiled_bytes(memory: Mapping[str, int | None]) -> int:

@@ -156,3 +156,14 @@ def test_the_evaluation_budget_is_half_the_accelerators_memory_not_the_hosts(mon
     monkeypatch.setattr(memory.jax, "devices", lambda device=device: [device])
     assert memory.evaluation_budget(0.0, workers=4) == 16 * 2**30
     assert memory.training_memory() == 128 * 2**30
+
+
+def test_the_benchmarks_memory_limit_reads_the_same_memory_as_the_trainer(monkeypatch):
+  from experiments.benchmarks import timing
+  monkeypatch.setattr(memory, "available_memory", lambda: 128 * 2**30)
+  monkeypatch.setattr(memory.jax, "devices",
+                      lambda: [_FakeDevice("gpu", {"bytes_limit": 80 * 2**30})])
+  assert timing.memory_limit_bytes(None) == int(0.9 * 80 * 2**30)
+  assert timing.memory_limit_bytes(2.0) == 2 * 2**30
+  monkeypatch.setattr(memory.jax, "devices", lambda: [_FakeDevice("cpu", None)])
+  assert timing.memory_limit_bytes(None) == 64 * 2**30
