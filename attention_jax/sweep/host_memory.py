@@ -16,12 +16,26 @@ it (after its imports), the faults per step drop to 1,916 and the step from
 and micro.log, commit c8b4b72). The numbers computed are unchanged: only
 where the buffers come from changes.
 The price is resident memory: a process keeps its peak.
+
+Only where JAX will run on the CPU alone. One arena makes every thread of the
+process take the same lock to allocate, and XLA compiles for a GPU on many
+threads: on an H200 with 16 host cores the sweep driver, so set, compiled its
+training step in 91 and 116 s and its model-building program in 8.1 s, where
+the calibration, a process without it on the same machine minutes before,
+compiled the same recipe's step (21 members, not 12) in 16 to 19 s and
+its build in 1.0 s (results/gpu_h200/2026-11-28b, fd33eca). The arena is the
+setting known to differ between those two processes; a GPU run without it
+has not been timed yet. `cpu_only` says which, before JAX starts.
 """
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import importlib.metadata
+import importlib.util
+import os
+import pkgutil
 
 # mallopt parameters, from glibc's <malloc.h>.
 M_TRIM_THRESHOLD = -1
@@ -29,8 +43,38 @@ M_MMAP_THRESHOLD = -3
 M_ARENA_MAX = -8
 
 
-def keep_freed_memory(mmap_threshold: int = 1 << 30, trim_threshold: int = 2 << 30) -> bool:
-  """Sets glibc malloc as the module docstring says; True if it took effect.
+def accelerator_plugins() -> list[str]:
+  """The accelerator back ends JAX would find in this environment, found
+  without importing or starting any: PJRT plugins (modules of the
+  `jax_plugins` namespace package, and entry points of that group: how the
+  CUDA and ROCm plugins are installed) and `libtpu` (TPU)."""
+  found = []
+  spec = importlib.util.find_spec("jax_plugins")
+  if spec is not None and spec.submodule_search_locations:
+    found += [f"jax_plugins.{m.name}" for m in
+              pkgutil.iter_modules(list(spec.submodule_search_locations))]
+  found += [e.value for e in importlib.metadata.entry_points(group="jax_plugins")]
+  if importlib.util.find_spec("libtpu") is not None:
+    found.append("libtpu")
+  return sorted(set(found))
+
+
+def cpu_only(environ: dict | None = None) -> bool:
+  """Whether JAX in this process will run on the CPU alone: `JAX_PLATFORMS`
+  where set (every platform it names `cpu`), else no accelerator back end
+  installed (`accelerator_plugins`). Asked before JAX starts a backend."""
+  environ = os.environ if environ is None else environ
+  platforms = [p.strip() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+  if platforms:
+    return all(p == "cpu" for p in platforms)
+  return not accelerator_plugins()
+
+
+def keep_freed_memory(mmap_threshold: int = 1 << 30, trim_threshold: int = 2 << 30,
+                      environ: dict | None = None) -> bool:
+  """Sets glibc malloc as the module docstring says, where JAX will run on the
+  CPU alone (`cpu_only` of `environ`, default this process's); True if it
+  took effect. Next to an accelerator it does nothing and returns False.
 
   Call it before JAX starts its CPU client (its threads would make arenas of
   their own). Elsewhere than glibc (macOS, musl) it does nothing and returns
@@ -39,6 +83,8 @@ def keep_freed_memory(mmap_threshold: int = 1 << 30, trim_threshold: int = 2 << 
   if mmap_threshold <= 0 or trim_threshold <= 0:
     raise ValueError(f"`mmap_threshold` and `trim_threshold` must be positive byte counts, "
                      f"got {mmap_threshold} and {trim_threshold}.")
+  if not cpu_only(environ):
+    return False
   try:
     libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
     mallopt = libc.mallopt

@@ -330,7 +330,9 @@ def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import host_memory  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  host_memory.keep_freed_memory()  # the sweep's process, measured (before JAX starts)
   from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
   # Given as text: parsed with the other fields (`common.overrides`).
   extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}

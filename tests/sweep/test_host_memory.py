@@ -1,5 +1,6 @@
 """Freed host memory kept by the process (attention_jax/sweep/host_memory.py)."""
 
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,8 @@ import resource, sys
 from attention_jax.sweep import host_memory
 if sys.argv[1] == "keep":
   assert host_memory.keep_freed_memory()
+elif sys.argv[1] == "accelerator":  # asked for, and refused: JAX_PLATFORMS names a GPU
+  assert not host_memory.keep_freed_memory()
 size = 64 << 20
 before = None
 for i in range(21):
@@ -29,9 +32,10 @@ print((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 20)
 """
 
 
-def _faults_per_round(mode: str) -> float:
+def _faults_per_round(mode: str, platforms: str = "cpu") -> float:
+  env = dict(os.environ, JAX_PLATFORMS=platforms)
   out = subprocess.run([sys.executable, "-c", _ROUNDS, mode], capture_output=True, text=True,
-                       check=True)
+                       check=True, env=env)
   return float(out.stdout.strip())
 
 
@@ -45,3 +49,35 @@ def test_a_freed_buffer_is_reused_without_faulting_its_pages_in_again():
 def test_thresholds_must_be_positive():
   with pytest.raises(ValueError, match="mmap_threshold"):
     host_memory.keep_freed_memory(mmap_threshold=0)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_next_to_an_accelerator_the_allocator_keeps_its_defaults():
+  # One arena would make XLA's many compiling threads queue for one lock.
+  assert _faults_per_round("accelerator", platforms="cuda") > 8000
+
+
+@pytest.mark.parametrize("platforms, plugins, expected", [
+    ("cpu", ["jax_plugins.xla_cuda13"], True),  # JAX_PLATFORMS wins over what is installed
+    ("cuda", [], False),
+    ("cpu,cuda", [], False),
+    (" tpu ", [], False),
+    ("", [], True),  # unset: what is installed decides
+    ("", ["jax_plugins.xla_cuda13"], False),
+    ("", ["libtpu"], False),
+])
+def test_cpu_only(monkeypatch, platforms, plugins, expected):
+  monkeypatch.setattr(host_memory, "accelerator_plugins", lambda: plugins)
+  assert host_memory.cpu_only({"JAX_PLATFORMS": platforms}) is expected
+  assert host_memory.keep_freed_memory(environ={"JAX_PLATFORMS": platforms}) is (
+      expected and sys.platform.startswith("linux"))
+
+
+def test_accelerator_plugins_finds_a_plugin_module_without_importing_it(tmp_path, monkeypatch):
+  plugin = tmp_path / "jax_plugins" / "xla_stand_in"
+  plugin.mkdir(parents=True)
+  (plugin / "__init__.py").write_text("raise RuntimeError('imported')\n")
+  monkeypatch.syspath_prepend(str(tmp_path))
+  monkeypatch.delitem(sys.modules, "jax_plugins", raising=False)
+  assert "jax_plugins.xla_stand_in" in host_memory.accelerator_plugins()
+  assert "jax_plugins.xla_stand_in" not in sys.modules
