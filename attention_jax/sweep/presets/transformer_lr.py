@@ -36,11 +36,12 @@ Time: compiled, not run (results/compile_check/multi_device, 6d97c88): in the
 members form, split over every device, 17.9 min on a TPU v5e-8, 8.0 min on a
 v4-32 and 5.5 min on 8 H100s; as separate data-parallel runs per learning rate
 30.9, 19.7 and 25.7 min. One accelerator alone has not been compiled for it.
-Measured on one H200 (results/gpu_h200/2026-11-28, ae0ff5d): the largest run,
-`dot` at d_k 1024 with 21 members, 26.7 ms a step, about 4.2 min a run by the
-calibration (its evaluation-batch search not yet timed then): at most about
-2.3 h for the grid of 32 runs, never run; a sweep there logged no step in its
-first 6 minutes.
+Measured on one H200 (results/gpu_h200/2026-11-28 and 2026-11-28b, ae0ff5d
+and fd33eca): the largest run, `dot` at d_k 1024 with 21 members, 26.8 ms a
+step, about 219 s a run by the calibration with its evaluation-batch search:
+at most about 2.0 h for the grid of 32 runs, never run. A sweep there spent
+its first minutes compiling, 5 to 8 times slower than the calibration did
+(the driver's one-arena allocator, since confined to the CPU; not re-timed).
 On the 2-core CPU machine it is out of reach (the CPU grid, a quarter of its
 runs at a third of the steps, is about 12 h of run clocks).
 
