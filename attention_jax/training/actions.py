@@ -129,7 +129,13 @@ class RunActions:
     self.start_step = trainer.state.step
     self.slowest_validation = 0.0  # seconds, of this call (the first one compiles the decoder)
     self.last_validation = None  # seconds of this call's latest validation
-    self.timed_steps, self.steady_seconds = 0, 0.0  # steps of this call; their time after the first
+    # Steps of this call, and the count and time of those that compiled nothing:
+    # the step compiles for each new batch shape (one per length bucket), on
+    # an H200 91-116 s each where a step then takes 27 ms
+    # (results/gpu_h200/2026-11-28b): such a step in the steady time made the
+    # ETA hours too long.
+    self.timed_steps, self.steady_steps, self.steady_seconds = 0, 0, 0.0
+    self.shapes_seen = set()  # the batch shapes this call's steps were compiled for
     self.saved_at = None  # the step of this call's latest checkpoint
     self._restart_window()
 
@@ -147,15 +153,24 @@ class RunActions:
     self.window_tokens, self.window_seconds, self.window_start = 0, 0.0, time.time()
 
   def advance(self, state: TrainState, batch) -> TrainState:
-    """One training step, timed; its target tokens count towards tokens/s."""
+    """One training step, timed; its target tokens count towards tokens/s.
+    The first step at each batch shape compiles: its time is said at once (a
+    run's start was silent for minutes) and kept out of the steady-state step
+    time."""
+    shape = (np.shape(batch.src), np.shape(batch.tgt))
+    compiles = shape not in self.shapes_seen
+    self.shapes_seen.add(shape)
     start = time.time()
     state = self.trainer.step(state, batch)
     seconds = time.time() - start
     self.timed_steps += 1
-    if self.timed_steps > 1:  # the first step of a call compiles: no steady-state time
+    if compiles:
+      why = ("" if len(self.shapes_seen) == 1 else
+             f" (a new batch shape: sources of {shape[0][-1]}, targets of {shape[1][-1]} tokens)")
+      self.log(f"[{self.label}] step {state.step}: {seconds:.1f} s with compilation{why}")
+    else:
+      self.steady_steps += 1
       self.steady_seconds += seconds
-    else:  # said at once: before the first progress line a run was silent for minutes
-      self.log(f"[{self.label}] step {state.step}: {seconds:.1f} s with compilation")
     self.window_seconds += seconds
     self.window_tokens += (int((batch.tgt != self.trainer.tok.pad_id).sum())
                            * len(self.trainer.seeds))
@@ -180,8 +195,8 @@ class RunActions:
     for member, learning_rate in zip(self.trainer.members, self.learning_rates):
       self.board.scalars(member.keys, step, {"learning_rate": float(learning_rate(step)),
                                              "tokens_per_second": rate})
-    if self.timed_steps > 1:
-      step_seconds = self.steady_seconds / (self.timed_steps - 1)
+    if self.steady_steps:
+      step_seconds = self.steady_seconds / self.steady_steps
     else:
       step_seconds = self.window_seconds / max(self.timed_steps, 1)
     final = (self.evaluator.final_seconds(self.slowest_validation)
