@@ -69,8 +69,9 @@ def test_next_to_an_accelerator_the_allocator_keeps_its_defaults():
 def test_cpu_only(monkeypatch, platforms, plugins, expected):
   monkeypatch.setattr(host_memory, "accelerator_plugins", lambda: plugins)
   assert host_memory.cpu_only({"JAX_PLATFORMS": platforms}) is expected
-  assert host_memory.keep_freed_memory(environ={"JAX_PLATFORMS": platforms}) is (
-      expected and sys.platform.startswith("linux"))
+  if not expected:  # refused before glibc is touched (where it is, a child process above:
+    # this test process keeps the allocator's defaults)
+    assert host_memory.keep_freed_memory(environ={"JAX_PLATFORMS": platforms}) is False
 
 
 def test_accelerator_plugins_finds_a_plugin_module_without_importing_it(tmp_path, monkeypatch):
