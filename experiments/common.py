@@ -243,7 +243,7 @@ def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
   from attention_jax.training import memory  # pylint: disable=g-import-not-at-top
-  platforms = [p.strip() for p in os.environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+  platforms = host_memory.requested_platforms()
   chips, version = workers.tpu_chips() if not platforms or "tpu" in platforms else (0, None)
   if chips:
     if distributed_started():

@@ -59,12 +59,18 @@ def accelerator_plugins() -> list[str]:
   return sorted(set(found))
 
 
+def requested_platforms(environ: dict | None = None) -> list[str]:
+  """The platforms `JAX_PLATFORMS` of `environ` (default this process's)
+  names, in order; empty where it is unset (JAX then picks its own)."""
+  environ = os.environ if environ is None else environ
+  return [p.strip() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+
+
 def cpu_only(environ: dict | None = None) -> bool:
   """Whether JAX in this process will run on the CPU alone: `JAX_PLATFORMS`
   where set (every platform it names `cpu`), else no accelerator back end
   installed (`accelerator_plugins`). Asked before JAX starts a backend."""
-  environ = os.environ if environ is None else environ
-  platforms = [p.strip() for p in environ.get("JAX_PLATFORMS", "").split(",") if p.strip()]
+  platforms = requested_platforms(environ)
   if platforms:
     return all(p == "cpu" for p in platforms)
   return not accelerator_plugins()

@@ -332,8 +332,8 @@ def main(argv):
   from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import host_memory  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
-  host_memory.keep_freed_memory()  # the sweep's process, measured (before JAX starts)
   from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
+  host_memory.keep_freed_memory()  # the sweep's process, measured (before JAX starts)
   # Given as text: parsed with the other fields (`common.overrides`).
   extra = {name: FLAGS[name].value for name in ("arms", "dims") if FLAGS[name].value is not None}
   cfg, _ = common.build_config(extra)

@@ -35,7 +35,6 @@ def test_evaluations_not_yet_timed_count_nothing_and_no_eval_every_means_none():
 def _advancing(lines):
   """An `actions.RunActions` with only what `advance` and `log_progress` read,
   whose trainer's step takes the seconds `seconds[step]` (a fake clock)."""
-  import types
   run = object.__new__(actions.RunActions)
   clock = types.SimpleNamespace(now=0.0, seconds={})
 
