@@ -20,6 +20,7 @@ import datetime
 import importlib
 import os
 import time
+from typing import Any
 
 import numpy as np
 
@@ -135,27 +136,44 @@ def _on_device(args, sharding):
   return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), args)
 
 
+def compile_into(row: dict, lower) -> Any:
+  """Compiles what `lower()` returns (a `jax.stages.Lowered`), timing lowering
+  and compiling together: `row` gets `status` "compiled" or "error" (its
+  exception's first line) and `compile_s`; returns the compiled program, or
+  None where either step failed."""
+  start = time.perf_counter()
+  try:
+    compiled = lower().compile()
+  except Exception as e:  # pylint: disable=broad-except
+    row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
+               compile_s=round(time.perf_counter() - start, 2))
+    return None
+  row.update(status="compiled", compile_s=round(time.perf_counter() - start, 2))
+  return compiled
+
+
 def compile_case(case: compile_cases.Case, target: compile_targets.Target, device) -> dict:
   """Compiles `case` for `device`; the row of what XLA says about it."""
   row = {"program": case.program, "case": case.case, "shapes": case.shapes,
          "target": target.name, "device_kind": getattr(device, "device_kind", None),
          "device_memory_bytes": target.memory_bytes}
   import jax  # pylint: disable=g-import-not-at-top
-  start = time.perf_counter()
   sharding = device_sharding(device)
-  try:
+  pallas = None
+
+  def lower():
+    nonlocal pallas
     with (backend_as(target.platform), cudnn_probe_on(sharding),
           abstract_mesh_of(sharding)):
       fn, args = case.build()
       lowered = fn.lower(*_on_device(args, sharding))
-      pallas = (hlo.pallas_cost_estimates(jax.make_jaxpr(fn)(*_on_device(args, sharding)))
-                if target.platform == "cuda" else None)
-    compiled = lowered.compile()
-  except Exception as e:  # pylint: disable=broad-except
-    row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
-               compile_s=round(time.perf_counter() - start, 2))
+      if target.platform == "cuda":
+        pallas = hlo.pallas_cost_estimates(jax.make_jaxpr(fn)(*_on_device(args, sharding)))
+    return lowered
+
+  compiled = compile_into(row, lower)
+  if compiled is None:
     return row
-  row.update(status="compiled", compile_s=round(time.perf_counter() - start, 2))
   row.update(analyse(compiled, target, pallas))
   if row.get("flops") is None:
     return row

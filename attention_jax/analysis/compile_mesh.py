@@ -26,7 +26,6 @@ number of hosts its devices span.
 from __future__ import annotations
 
 import dataclasses
-import time
 from typing import Callable, Sequence
 
 from attention_jax.analysis import compile_cases
@@ -158,22 +157,20 @@ def compile_mesh_case(case: MeshCase, target: compile_targets.Target, devices: S
          "steps": case.steps, "runs": case.runs}
   import jax  # pylint: disable=g-import-not-at-top
   from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
-  start = time.perf_counter()
   mesh = placement.member_mesh(used, case.members, case.data)
-  try:
+
+  def lower():
     # The cuDNN probe compiles for one of the devices; lowering sees the
     # mesh as its context (shard_map checks that they agree).
     with (compile_device.backend_as(target.platform),
           compile_device.cudnn_probe_on(compile_device.device_sharding(used[0])),
           jax.sharding.use_abstract_mesh(mesh.abstract_mesh)):
       fn, args = case.build(mesh)
-      lowered = fn.lower(*args)
-    compiled = lowered.compile()
-  except Exception as e:  # pylint: disable=broad-except
-    row.update(status="error", error=f"{type(e).__name__}: {str(e).splitlines()[0][:400]}",
-               compile_s=round(time.perf_counter() - start, 2))
+      return fn.lower(*args)
+
+  compiled = compile_device.compile_into(row, lower)
+  if compiled is None:
     return row
-  row.update(status="compiled", compile_s=round(time.perf_counter() - start, 2))
   row.update(compile_device.analyse(compiled, target))
   if row.get("flops") is None:
     return row

@@ -29,6 +29,29 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 AOT_PYTHON = os.path.join(ROOT, ".venv-aot", "bin", "python")
 
 
+# --- compiling one case -------------------------------------------------------
+
+
+def test_a_case_that_fails_to_lower_or_compile_is_an_error_row_with_its_first_line():
+  import jax  # pylint: disable=g-import-not-at-top
+  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
+
+  def bad_lower():
+    raise ValueError("shapes (3,) and (4,) do not match\nsecond line")
+
+  row = {"case": "x"}
+  assert compile_device.compile_into(row, bad_lower) is None
+  assert row["status"] == "error" and row["case"] == "x"
+  assert row["error"] == "ValueError: shapes (3,) and (4,) do not match"
+  assert row["compile_s"] >= 0
+
+  row = {}
+  compiled = compile_device.compile_into(
+      row, lambda: jax.jit(lambda x: 2 * x).lower(jax.ShapeDtypeStruct((3,), jnp.float32)))
+  assert row["status"] == "compiled" and "error" not in row and row["compile_s"] >= 0
+  assert list(compiled(jnp.arange(3.0))) == [0.0, 2.0, 4.0]
+
+
 # --- prediction -------------------------------------------------------------
 
 
