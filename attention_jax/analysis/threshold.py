@@ -374,7 +374,10 @@ def sensitivity(losses: Sequence[float], ln_vocab: float) -> float | None:
   its learning rates of min(L, ln V) minus its smallest L (ln V, the
   uniform prediction's loss, stands in for the loss at step 0, so that a
   diverged point counts as no learning rather than infinity); None if no L
-  is finite."""
+  is finite, or for a single learning rate (a spread over one point is 0 by
+  construction, which would read as perfect stability)."""
+  if len(losses) < 2:
+    return None
   best = min(losses)
   if not math.isfinite(best):
     return None

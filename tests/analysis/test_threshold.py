@@ -204,6 +204,7 @@ def test_sensitivity_by_hand():
       (2.0 + 2.5 + 2 * ln_v) / 4 - 2.0)
   assert th.sensitivity([3.0, 3.0], ln_v) == 0.0
   assert th.sensitivity([math.inf, math.inf], ln_v) is None
+  assert th.sensitivity([3.0], ln_v) is None  # one learning rate has no spread
 
 
 def test_absolute_failures_compare_with_the_best_of_every_score_at_the_same_d_k():
