@@ -1,7 +1,9 @@
 """results/transformer_cpu/commands.sh: the Transformer's d_k ablation with its extension
 rule, run with stand-in drivers (the real run takes 11 hours on 2 cores): it extends
 every run by 500 steps while a scaled_dot run ends below validation BLEU 12, copies
-each stage's reports, and a stopped run resumes at the stage it was at."""
+each stage's reports, and a stopped run resumes at the stage it was at.
+results/transformer_lr_cpu/commands.sh copy: finished runs into results/, no
+checkpoints, unfinished runs left out."""
 
 import os
 import subprocess
@@ -46,14 +48,14 @@ STAND_IN = textwrap.dedent("""\
     """)
 
 
-def _run(tmp_path, *args):
+def _run(tmp_path, *args, script=SCRIPT, env=()):
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir(exist_ok=True)
   (bin_dir / "python").write_text(STAND_IN.format(python=sys.executable))
   (bin_dir / "python").chmod(0o755)
   env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-         "CALLS": str(tmp_path / "calls.log")}
-  proc = subprocess.run(["bash", SCRIPT, *args], cwd=tmp_path, env=env, capture_output=True,
+         "CALLS": str(tmp_path / "calls.log"), **dict(env)}
+  proc = subprocess.run(["bash", script, *args], cwd=tmp_path, env=env, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return proc.stdout, (tmp_path / "calls.log").read_text().splitlines()
@@ -87,3 +89,30 @@ def test_a_stopped_run_resumes_at_its_stage(tmp_path):
   assert [c for c in calls if "ablation" in c] == [
       "experiments.ablation --preset=transformer --workdir=runs/t --steps=2000"]
   assert "fires" not in out
+
+
+def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp_path):
+  work = tmp_path / "w"
+  done = work / "main" / "learning_rate=0.001" / "runs" / "dot_d16"
+  unfinished = work / "main" / "learning_rate=0.01" / "runs" / "dot_d16"
+  control = work / "controls" / "learning_rate=0.0001" / "runs" / "qk_norm_d256"
+  for run in (done, unfinished, control):
+    (run / "checkpoints" / "250").mkdir(parents=True)
+    (run / "checkpoints" / "250" / "state").write_text("weights")
+    (run / "metrics.jsonl").write_text(f'{{"step": 250, "run": "{run.name}"}}\n')
+  for run in (done, control):
+    (run / "result.json").write_text("[]")
+    (run / "test_translations.json").write_text("{}")
+  script = os.path.join(ROOT, "results", "transformer_lr_cpu", "commands.sh")
+  out, calls = _run(tmp_path, "copy", script=script, env={"W": str(work), "PY": "python"})
+  here = tmp_path / "results" / "transformer_lr_cpu"
+  assert sorted(os.listdir(here / "main" / "learning_rate=0.001" / "runs" / "dot_d16")) == [
+      "metrics.jsonl", "result.json", "test_translations.json"]
+  assert sorted(os.listdir(here / "controls" / "learning_rate=0.0001" / "runs" /
+                           "qk_norm_d256")) == ["metrics.jsonl", "result.json",
+                                                "test_translations.json"]
+  assert not (here / "main" / "learning_rate=0.01").exists()  # no result.json: still running
+  assert "copied main/learning_rate=0.001/runs/dot_d16" in out
+  assert calls == [
+      "experiments.threshold_report --main=results/transformer_lr_cpu/main "
+      "--controls=results/transformer_lr_cpu/controls --out=results/transformer_lr_cpu"]

@@ -3,16 +3,43 @@
 # docstring holds the rule fixed before any run). Run from the repository root:
 #   bash results/transformer_lr_cpu/commands.sh run       # trains (resumable: re-run it)
 #   bash results/transformer_lr_cpu/commands.sh collect   # rewrites the reports only
+#   bash results/transformer_lr_cpu/commands.sh copy      # finished runs into results/, report
 # W (default runs/transformer_lr_cpu) is the workdir; PY the Python of the project.
+# `copy` brings each finished run's files (those of a run folder with result.json;
+# never its checkpoints) into results/transformer_lr_cpu/{main,controls}, the same
+# relative paths, so that a fresh clone skips those runs, then writes the threshold
+# report from the committed runs.
 set -euo pipefail
 W="${W:-runs/transformer_lr_cpu}"
 PY="${PY:-.venv/bin/python}"
+HERE=results/transformer_lr_cpu
 MAIN_LRS=3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
 CONTROL_LRS=1e-4,1e-3,1e-2
+RUN_FILES="attention.json config.json metrics.jsonl result.json significance.json test_translations.json"
+
+copy_finished() {  # $1: main or controls
+  local src="$W/$1" result run rel name
+  [ -d "$src" ] || { echo "no $src: nothing of $1 to copy"; return 0; }
+  find "$src" -path '*/runs/*/result.json' | sort | while read -r result; do
+    run=$(dirname "$result")
+    rel=${run#"$src"/}
+    mkdir -p "$HERE/$1/$rel"
+    for name in $RUN_FILES; do
+      if [ -f "$run/$name" ]; then cp "$run/$name" "$HERE/$1/$rel/"; fi
+    done
+    echo "copied $1/$rel"
+  done
+}
+
 case "${1:-}" in
   run) extra=() ;;
   collect) extra=(--report_only) ;;
-  *) echo "usage: $0 run|collect" >&2; exit 2 ;;
+  copy)
+    copy_finished main
+    copy_finished controls
+    exec "$PY" -m experiments.threshold_report --main="$HERE/main" --controls="$HERE/controls" \
+        --out="$HERE" ;;
+  *) echo "usage: $0 run|collect|copy" >&2; exit 2 ;;
 esac
 "$PY" -m experiments.ablation --preset=transformer_lr_cpu --workdir="$W/main" \
     --sweep=learning_rate=$MAIN_LRS "${extra[@]}"
