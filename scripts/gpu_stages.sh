@@ -11,7 +11,13 @@
 #          environment variable FLAGS_<NAME> (default NAME = STAGE), split on
 #          spaces.
 # GPU_RUN names the stage runner (default scripts/gpu_run.sh; the tests give a
-# stand-in). Writes OUTDIR/stages.tar.gz (each stage's files in a folder of its name) and
+# stand-in). GPU_COMMAND_SECONDS, where set, is the device command's own time
+# limit (the run tool's timeout_s): the stages are refused before any runs
+# unless their worst case fits in it with a minute to spare, counted per stage
+# as its limit, the runner's 20 s between SIGTERM and SIGKILL, and
+# STAGE_SETUP_SECONDS (default 40: the wheel install and the packing took
+# about 30 s on the H200, 2026-11-28) - a command cut by the device's limit
+# loses the stage it was in, which is how one was lost that day. Writes OUTDIR/stages.tar.gz (each stage's files in a folder of its name) and
 # OUTDIR/summary.txt (each stage's exit status and the end of its log), and
 # prints the summary. Exit status: 0 when every stage ended 0 or 75 (stopped by
 # its own time budget with everything kept), else 1.
@@ -36,6 +42,19 @@ for spec in "$@"; do
   [[ "$minutes" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SPEC '$spec': MINUTES must be a number."
   [[ "${name:-$stage}" =~ ^[A-Za-z0-9_]+$ ]] || die "SPEC '$spec': NAME must be letters, digits, _."
 done
+if [ -n "${GPU_COMMAND_SECONDS:-}" ]; then
+  [[ "$GPU_COMMAND_SECONDS" =~ ^[0-9]+$ ]] || die "GPU_COMMAND_SECONDS '$GPU_COMMAND_SECONDS' must be whole seconds."
+  setup="${STAGE_SETUP_SECONDS:-40}"
+  [[ "$setup" =~ ^[0-9]+$ ]] || die "STAGE_SETUP_SECONDS '$setup' must be whole seconds."
+  need=0
+  for spec in "$@"; do
+    IFS=: read -r stage minutes name <<< "$spec"
+    need=$(awk -v n="$need" -v m="$minutes" -v s="$setup" 'BEGIN { printf "%d", n + m * 60 + 20 + s + 0.999 }')
+  done
+  if [ "$need" -gt $(( GPU_COMMAND_SECONDS - 60 )) ]; then
+    die "the stages need up to $need s (each its limit, 20 s to SIGKILL, ${setup} s of set-up) and a minute to spare, more than GPU_COMMAND_SECONDS=$GPU_COMMAND_SECONDS: shorten the stages or raise the command's timeout."
+  fi
+fi
 stages="$(mktemp -d "${TMPDIR:-/tmp}/gpu_stages.XXXXXX")"
 summary="$out/summary.txt"
 : > "$summary"

@@ -473,3 +473,24 @@ def test_gpu_stages_rejects_a_bad_spec_before_any_stage(tmp_path, spec, needle):
                      env={**os.environ, "GPU_RUN": str(fake)})
   assert p.returncode == 2 and needle in p.stderr and len(p.stderr.splitlines()) == 1
   assert not (tmp_path / "out" / "summary.txt").exists()  # nothing ran
+
+
+@pytest.mark.parametrize("timeout_s,ok", [(600, True), (479, False)])
+def test_gpu_stages_refuse_limits_that_do_not_fit_the_device_command(tmp_path, timeout_s, ok):
+  """Two stages of 2.5 and 3 min: 150 + 180 s, 20 s to SIGKILL and 40 s of
+  set-up each = 450 s, which fits a 600 s command with its minute to spare and
+  not a 479 s one (450 > 419)."""
+  fake = tmp_path / "fake_run.sh"
+  fake.write_text(_FAKE_STAGE)
+  out = tmp_path / "out"
+  p = subprocess.run(["bash", "scripts/gpu_stages.sh", str(out), "check:2.5", "check:3:again"],
+                     cwd=ROOT, capture_output=True, text=True, timeout=60,
+                     env={**os.environ, "GPU_RUN": str(fake),
+                          "GPU_COMMAND_SECONDS": str(timeout_s)})
+  if ok:
+    assert p.returncode == 0, p.stderr
+    assert "exit 0" in (out / "summary.txt").read_text()
+  else:
+    assert p.returncode == 2 and len(p.stderr.splitlines()) == 1
+    assert "need up to 450 s" in p.stderr and "GPU_COMMAND_SECONDS=479" in p.stderr
+    assert not (out / "summary.txt").exists()  # nothing ran
