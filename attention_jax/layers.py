@@ -34,7 +34,7 @@ D model width, dq / dk query / key features, dv value features, a attention
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
@@ -52,10 +52,11 @@ SCORES = registry.LAYER_SCORES
 GLOROT = score_kinds.GLOROT
 
 
-def dense(layer: nnx.Linear, x: jax.Array) -> jax.Array:
-  """`layer(x)` over the last axis of `x [..., in]`; on CPUs as one 2-D
+def dense(layer: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
+  """`layer(x)` over the last axis of `x [..., in]` (an `nnx.Linear`, or any
+  map of the last axis such as `nnx.Embed.attend`); on CPUs as one 2-D
   product `[N, in] @ [in, out]`, reshaped back to `[..., out]`. The same
-  numbers either way.
+  numbers either way, to float32 rounding.
 
   Why on CPUs: with a batch of leading axes, the kernel's gradient contracts
   over all of them, and XLA:CPU (jax 0.10.2) then transposes the output
@@ -337,12 +338,12 @@ class MultiHeadAttention(nnx.Module):
 
   def project_query(self, inputs_q: jax.Array) -> jax.Array:
     """`[B, T, D]` -> per-head queries `[B, H, T, d_k]`."""
-    return _split_heads(self.query(inputs_q), self.num_heads, self.qk_features)
+    return _split_heads(dense(self.query, inputs_q), self.num_heads, self.qk_features)
 
   def project_kv(self, inputs_kv: jax.Array):
     """`[B, S, D_kv]` -> per-head `(keys [B, H, S, d_k], values [B, H, S, d_v])`."""
-    return (_split_heads(self.key(inputs_kv), self.num_heads, self.qk_features),
-            _split_heads(self.value(inputs_kv), self.num_heads, self.v_features))
+    return (_split_heads(dense(self.key, inputs_kv), self.num_heads, self.qk_features),
+            _split_heads(dense(self.value, inputs_kv), self.num_heads, self.v_features))
 
   def scores(self, q: jax.Array, k: jax.Array) -> jax.Array:
     """Raw per-head scores, float32: q `[B, H, T, d_k]`, k `[B, H, S, d_k]` ->
@@ -385,13 +386,13 @@ class MultiHeadAttention(nnx.Module):
       masks = mask.arguments() if isinstance(mask, MaskStructure) else {"mask": mask}
       context = attention(q.astype(dtype), k.astype(dtype), v.astype(dtype),
                           score=self.spec.fused, implementation="auto", **masks)
-      return self.out(_merge_heads(context)), None  # [B, T, D_out]
+      return dense(self.out, _merge_heads(context)), None  # [B, T, D_out]
     if isinstance(mask, MaskStructure):
       mask = mask.dense(q.shape[-2], k.shape[-2])
     if self.spec.mha.kernel is not None and not plain_needed:
       context = _kernel_context(self, q, k, v, mask)  # [B, H, T, d_v] or None
       if context is not None:
-        return self.out(_merge_heads(context)), None  # [B, T, D_out]
+        return dense(self.out, _merge_heads(context)), None  # [B, T, D_out]
     raw = self.scores(q, k)  # [B, H, T, S]
     offset = _check_offset(score_offset, raw.shape, "MultiHeadAttention")
     v = v.astype(self.dtype or v.dtype)
@@ -401,7 +402,7 @@ class MultiHeadAttention(nnx.Module):
     aux = {"scores": raw, "weights": weights}
     if self.sow_attention:
       self.sow(nnx.Intermediate, "attention", aux)
-    return self.out(_merge_heads(context)), aux if return_weights else None  # [B, T, D_out]
+    return dense(self.out, _merge_heads(context)), aux if return_weights else None  # [B, T, D_out]
 
   def __call__(self, inputs_q: jax.Array, inputs_kv: jax.Array | None = None, *,
                mask: jax.Array | None = None, deterministic: bool = True,

@@ -103,7 +103,7 @@ class FeedForward(nnx.Module):
     self.outer = nnx.Linear(config.d_ff, config.d_model, **kw)
 
   def __call__(self, x):
-    return self.outer(jax.nn.relu(self.inner(x)))  # [B, T, D]
+    return layers.dense(self.outer, jax.nn.relu(layers.dense(self.inner, x)))  # [B, T, D]
 
 
 class _Block(nnx.Module):
@@ -282,9 +282,9 @@ class Transformer(nnx.Module):
   def logits(self, x: jax.Array) -> jax.Array:
     """Pre-softmax projection `[B, T, D]` -> float32 `[B, T, V]`."""
     if self.config.share_embeddings:
-      out = self.embed.attend(x)
+      out = layers.dense(self.embed.attend, x)
     else:
-      out = self.output(x)
+      out = layers.dense(self.output, x)
     return out.astype(jnp.float32)
 
   # -- training forward ------------------------------------------------------

@@ -300,6 +300,45 @@ def test_ensemble_of_seeds_equals_separately_built_models():
   assert float(jnp.max(jnp.abs(together[0] - together[1]))) > 1e-3
 
 
+@pytest.mark.slow  # 9-12 s each on the loaded 2-core Xeon (2026-11-28): as the RNN's, in `make test-all`
+@pytest.mark.parametrize("name", ["post_ln", "pre_ln_learned_unshared_additive"])
+def test_flattened_products_give_the_layers_own_loss_and_gradients(name, monkeypatch):
+  """The attention projections, the feed-forward layers and the output layer
+  (tied: `embed.attend`; untied: `output`) run as 2-D products on CPUs
+  (`layers.dense`); the loss and every gradient are those of calling the
+  layers on the 3-D tensors, to float32 rounding, with dropout on."""
+  from attention_jax.training import steps  # pylint: disable=g-import-not-at-top
+
+  config = CONFIGS[name]
+  tgt = np.array([[11, 12, 13, 14, 1], [15, 16, 1, 0, 0]], np.int32)
+
+  def loss_and_grads():
+    def loss(m):
+      logits, _ = m(SRC, TGT_IN, deterministic=False, rngs=jax.random.key(3))
+      return steps.token_loss(logits, tgt, config.pad_id, label_smoothing=0.1)[0]
+    # A new function each time: traced again, with `layers.dense` as it is then.
+    return nnx.jit(lambda m: nnx.value_and_grad(loss)(m))(model_of(config))
+
+  assert jax.default_backend() == "cpu"  # where `dense` flattens
+  calls = []
+  flatten = layers_lib.dense
+  monkeypatch.setattr(layers_lib, "dense", lambda layer, x: calls.append(x.ndim) or
+                      flatten(layer, x))
+  flat_loss, flat_grads = loss_and_grads()
+  # Every product of the model goes through it, on 3-D activations: 2 encoder
+  # layers x (q, k, v, out + 2 feed-forward) + 2 decoder layers x (2 x 4 + 2)
+  # + the output layer.
+  assert calls == [3] * 33
+  monkeypatch.setattr(layers_lib, "dense", lambda layer, x: layer(x))
+  plain_loss, plain_grads = loss_and_grads()
+  np.testing.assert_allclose(flat_loss, plain_loss, rtol=1e-6)
+  flat_leaves, plain_leaves = jax.tree.leaves(flat_grads), jax.tree.leaves(plain_grads)
+  assert len(flat_leaves) == len(plain_leaves) > 20
+  for a, b in zip(flat_leaves, plain_leaves):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert max(float(jnp.max(jnp.abs(g))) for g in flat_leaves) > 1e-3  # gradients flow
+
+
 # -- overfitting a synthetic task ------------------------------------------------
 
 _FAST_SCORES = ("scaled_dot",)
