@@ -64,6 +64,9 @@ def dense(layer: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
   ([64, 32, 128] @ [128, 2000], log-softmax loss, forward and backward) takes
   54 ms that way and 24 ms flattened, on one core of the 2-core Xeon
   (results/cpu_efficiency/round2/micro.log, commit c8b4b72; experiments/cpu_micro.py).
+  The Transformer preset's whole step (2 seeds) took 0.70-0.75x its time at
+  d_k 16 and 0.63-0.65x at d_k 256 once its products went through here
+  (results/cpu_efficiency/transformer_flat, commit 3f9b604).
 
   Why only there: compiled for a TPU v5e, the flattened form made the `gpu`
   sweep's step (additive a = 128) count 94 GB of memory traffic and 20.7k ops
