@@ -78,3 +78,16 @@ def forward(model, src, tgt_in, *, deterministic=True, rngs=None, score_offset=N
 
 
 encode = nnx.jit(lambda model, src: model.encode(src))
+
+
+def assert_same_loss_and_gradients(flat, plain, min_leaves):
+  """`flat` and `plain`, each `(loss, gradient tree)` of one model computed two
+  ways (2-D products through `layers.dense` or the layers' own 3-D calls):
+  equal to float32 rounding, over more than `min_leaves` gradient arrays, of
+  which some are far from zero (gradients flow)."""
+  np.testing.assert_allclose(flat[0], plain[0], rtol=1e-6)
+  flat_leaves, plain_leaves = jax.tree.leaves(flat[1]), jax.tree.leaves(plain[1])
+  assert len(flat_leaves) == len(plain_leaves) > min_leaves
+  for a, b in zip(flat_leaves, plain_leaves):
+    np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+  assert max(float(jnp.max(jnp.abs(g))) for g in flat_leaves) > 1e-3
