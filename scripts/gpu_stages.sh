@@ -12,12 +12,13 @@
 #          spaces.
 # GPU_RUN names the stage runner (default scripts/gpu_run.sh; the tests give a
 # stand-in). GPU_COMMAND_SECONDS, where set, is the device command's own time
-# limit (the run tool's timeout_s): the stages are refused before any runs
+# limit in seconds: the stages are refused before any runs
 # unless their worst case fits in it with a minute to spare, counted per stage
 # as its limit, the runner's 20 s between SIGTERM and SIGKILL, and
 # STAGE_SETUP_SECONDS (default 40: the wheel install and the packing took
 # about 30 s on the H200, 2026-11-28) - a command cut by the device's limit
-# loses the stage it was in, which is how one was lost that day. Writes OUTDIR/stages.tar.gz (each stage's files in a folder of its name) and
+# loses the stage it was in, which is how one was lost that day.
+# Writes OUTDIR/stages.tar.gz (each stage's files in a folder of its name) and
 # OUTDIR/summary.txt (each stage's exit status and the end of its log), and
 # prints the summary. Exit status: 0 when every stage ended 0 or 75 (stopped by
 # its own time budget with everything kept), else 1.
