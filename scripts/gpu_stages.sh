@@ -36,22 +36,22 @@ runner="${GPU_RUN:-$repo/scripts/gpu_run.sh}"
 mkdir -p "$out" 2>/dev/null && [ -w "$out" ] || die "OUTDIR '$out' cannot be created or written."
 out="$(cd "$out" && pwd)"
 # Every spec is checked before any stage runs.
+limits=()
 for spec in "$@"; do
   IFS=: read -r stage minutes name <<< "$spec"
   case "$stage" in check|bench|calibrate|sweep) ;;
     *) die "SPEC '$spec': STAGE must be check, bench, calibrate or sweep." ;; esac
   [[ "$minutes" =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "SPEC '$spec': MINUTES must be a number."
   [[ "${name:-$stage}" =~ ^[A-Za-z0-9_]+$ ]] || die "SPEC '$spec': NAME must be letters, digits, _."
+  limits+=("$minutes")
 done
 if [ -n "${GPU_COMMAND_SECONDS:-}" ]; then
   [[ "$GPU_COMMAND_SECONDS" =~ ^[0-9]+$ ]] || die "GPU_COMMAND_SECONDS '$GPU_COMMAND_SECONDS' must be whole seconds."
   setup="${STAGE_SETUP_SECONDS:-40}"
   [[ "$setup" =~ ^[0-9]+$ ]] || die "STAGE_SETUP_SECONDS '$setup' must be whole seconds."
-  need=0
-  for spec in "$@"; do
-    IFS=: read -r stage minutes name <<< "$spec"
-    need=$(awk -v n="$need" -v m="$minutes" -v s="$setup" 'BEGIN { printf "%d", n + m * 60 + 20 + s + 0.999 }')
-  done
+  # Whole seconds, rounded up: each stage's limit + 20 s to SIGKILL + its set-up.
+  need=$(awk -v s="$setup" 'BEGIN { for (i = 1; i < ARGC; i++) t += ARGV[i] * 60 + 20 + s
+                                     printf "%d", (t == int(t)) ? t : int(t) + 1 }' "${limits[@]}")
   if [ "$need" -gt $(( GPU_COMMAND_SECONDS - 60 )) ]; then
     die "the stages need up to $need s (each its limit, 20 s to SIGKILL, ${setup} s of set-up) and a minute to spare, more than GPU_COMMAND_SECONDS=$GPU_COMMAND_SECONDS: shorten the stages or raise the command's timeout."
   fi

@@ -48,13 +48,13 @@ STAND_IN = textwrap.dedent("""\
     """)
 
 
-def _run(tmp_path, *args, script=SCRIPT, env=()):
+def _run(tmp_path, *args, script=SCRIPT, extra_env=()):
   bin_dir = tmp_path / "bin"
   bin_dir.mkdir(exist_ok=True)
   (bin_dir / "python").write_text(STAND_IN.format(python=sys.executable))
   (bin_dir / "python").chmod(0o755)
   env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
-         "CALLS": str(tmp_path / "calls.log"), **dict(env)}
+         "CALLS": str(tmp_path / "calls.log"), **dict(extra_env)}
   proc = subprocess.run(["bash", script, *args], cwd=tmp_path, env=env, capture_output=True,
                         text=True, timeout=120)
   assert proc.returncode == 0, proc.stderr[-3000:]
@@ -104,7 +104,8 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
     (run / "result.json").write_text("[]")
     (run / "test_translations.json").write_text("{}")
   script = os.path.join(ROOT, "results", "transformer_lr_cpu", "commands.sh")
-  out, calls = _run(tmp_path, "copy", script=script, env={"W": str(work), "PY": "python"})
+  out, calls = _run(tmp_path, "copy", script=script,
+                    extra_env={"W": str(work), "PY": "python"})
   here = tmp_path / "results" / "transformer_lr_cpu"
   assert sorted(os.listdir(here / "main" / "learning_rate=0.001" / "runs" / "dot_d16")) == [
       "metrics.jsonl", "result.json", "test_translations.json"]
