@@ -16,6 +16,8 @@ pieces, each a small pure function of numbers except the reading:
   absolute_failures  the pass/fail table against L_best(d) + FAILURE_MARGIN
   sensitivity        Wortsman et al.'s learning-rate sensitivity
   slope, bootstrap_slope   the law: log lr* on log d_k, and its interval
+  shared_rates, on_rates   the learning rates every score ran, and the grid
+                     cut to them
   analyse            all of it for one or more grids (`Analysis`, `as_json`)
 
 What the rule leaves to its implementation, decided here:
@@ -41,6 +43,14 @@ What the rule leaves to its implementation, decided here:
   a cell has only three distinct means (seed 0 twice, seed 1 twice, both),
   so the interval is coarse: it shows how far the two seeds' disagreement
   moves the slope, not a sampling distribution.
+
+Beside the rule, not part of it (added after the controls had started, and
+the same for every score): where the scores ran different learning rates
+(the controls three of the main grid's six), the whole analysis is repeated
+on the rates every score ran (`Analysis.shared`). The rule's own numbers
+come from each score's full grid; a sensitivity is a mean over the rates a
+curve has, and lr* is only as fine as its grid, so only the repeat compares
+the four scores on equal terms.
 """
 
 from __future__ import annotations
@@ -287,6 +297,21 @@ def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = No
 # --- numbers ------------------------------------------------------------------
 
 
+def shared_rates(grid: Grid) -> tuple[float, ...]:
+  """The learning rates that every score of `grid` planned, ascending."""
+  sets = [set(v) for v in grid.learning_rates.values()]
+  return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+
+def on_rates(grid: Grid, rates: Sequence[float]) -> Grid:
+  """`grid` cut to the learning rates `rates`, for every score: its records,
+  missing cells and plan at those rates only."""
+  keep = tuple(sorted(rates))
+  return Grid(tuple(r for r in grid.records if r.lr in keep),
+              tuple(c for c in grid.missing if c.lr in keep),
+              {s: keep for s in grid.scores}, dict(grid.dims), grid.vocab_size, grid.steps)
+
+
 def seed_losses(records: Iterable[Record]) -> dict[Cell, np.ndarray]:
   """Each cell's final validation losses, in seed order (inf: diverged)."""
   by_cell = collections.defaultdict(list)
@@ -458,6 +483,9 @@ class Analysis:
   laws: dict[str, Law]
   diagnostics: dict[Cell, dict[str, float | None]]  # means over seeds that logged them
   test_bleu: dict[Cell, float | None]  # mean over seeds not diverged
+  # The same analysis on the learning rates every score ran, where the scores'
+  # plans differ and share at least two rates (the module's docstring); else None.
+  shared: Analysis | None = None
 
 
 def _mean_known(values: Iterable[float | None]) -> float | None:
@@ -491,7 +519,12 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
   diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
                      for k in rs[0].diagnostics} for c, rs in by_cell.items()}
   bleu = {c: _mean_known(r.test_bleu for r in rs) for c, rs in by_cell.items()}
-  return Analysis(grid, losses, thresholds, fails, best, sens, laws, diagnostics, bleu)
+  rates = shared_rates(grid)
+  shared = None
+  if len(rates) >= 2 and any(len(v) > len(rates) for v in grid.learning_rates.values()):
+    shared = analyse(on_rates(grid, rates), margin, replicates)
+  return Analysis(grid, losses, thresholds, fails, best, sens, laws, diagnostics, bleu,
+                  shared)
 
 
 def provenance_summary(records: Iterable[Record]) -> list[dict]:
@@ -531,6 +564,17 @@ def as_json(a: Analysis) -> dict:
                  "test_bleu": a.test_bleu[c], "diagnostics": a.diagnostics[c]}
                 for c, v in sorted(a.losses.items())],
       "L_best": {str(d): v for d, v in sorted(a.best.items())},
+      **_fits_json(a),
+      "shared_rates": None if a.shared is None else {
+          "learning_rates": list(shared_rates(g)), **_fits_json(a.shared)},
+      "provenance": provenance_summary(g.records),
+      "rows_without_result": sum(r.provenance is None for r in g.records),
+  }
+
+
+def _fits_json(a: Analysis) -> dict:
+  """lr* per (score, d_k), the sensitivities and the laws of `a`."""
+  return {
       "thresholds": [{"score": s, "dim": d, **dataclasses.asdict(t), "censored": t.censored,
                       "fitted": t.fitted} for (s, d), t in a.thresholds.items()],
       "sensitivity": [{"score": s, "dim": d, "sensitivity": v,
@@ -541,6 +585,4 @@ def as_json(a: Analysis) -> dict:
                 "replicates": law.interval.replicates,
                 "replicates_with_slope": law.interval.with_slope, "reference": law.reference}
                for law in a.laws.values()],
-      "provenance": provenance_summary(g.records),
-      "rows_without_result": sum(r.provenance is None for r in g.records),
   }

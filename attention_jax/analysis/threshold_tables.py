@@ -202,6 +202,12 @@ def markdown(a: th.Analysis) -> str:
       ("Self-attention diagnostics (largest over layers, mean over seeds)",
        diagnostics_table(a)),
   ]
+  if a.shared is not None:
+    rates = ", ".join(fmt_lr(lr) for lr in th.shared_rates(g))
+    where = f"on the learning rates every score ran ({rates}; beside the rule, not part of it)"
+    sections += [(f"lr_opt and lr* {where}", threshold_table(a.shared)),
+                 (f"Slope of log lr* on log d_k {where}", law_table(a.shared)),
+                 (f"Learning-rate sensitivity {where}", sensitivity_table(a.shared))]
   if g.missing:
     sections.append(("Cells not yet known", missing_table(a)))
   return "\n".join(f"## {title}\n\n{table}" for title, table in sections)

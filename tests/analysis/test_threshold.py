@@ -350,6 +350,22 @@ def test_the_controls_join_the_main_grid(main_grid, tmp_path):
   t = a.thresholds[("qk_norm", 64)]
   assert t.lr_opt == 1e-3 and t.lr_star == pytest.approx(1e-3 * 10 ** MARGIN, rel=1e-5)
   assert a.sensitivity[("qk_norm", 64)] == pytest.approx((2.0 + 1.9 + 2.9) / 3 - 1.9, abs=1e-5)
+  # beside the rule: every score again on the three rates they all ran
+  assert th.shared_rates(grid) == tuple(sorted(CONTROL_LRS))
+  shared = a.shared
+  assert shared is not None and shared.shared is None
+  assert {c.lr for c in shared.losses} == set(CONTROL_LRS)
+  assert all(v == tuple(sorted(CONTROL_LRS)) for v in shared.grid.learning_rates.values())
+  assert shared.sensitivity[("qk_norm", 64)] == a.sensitivity[("qk_norm", 64)]
+  on_three = [designed_loss("dot", 64, lr) for lr in sorted(CONTROL_LRS)]
+  assert shared.sensitivity[("dot", 64)] == pytest.approx(
+      np.mean(on_three) - min(on_three), abs=1e-4)
+  assert shared.sensitivity[("dot", 64)] != pytest.approx(a.sensitivity[("dot", 64)], abs=1e-3)
+  text = threshold_tables.markdown(a)
+  assert "## Learning-rate sensitivity on the learning rates every score ran (1e-4, 1e-3, 1e-2;" in text
+  assert th.as_json(a)["shared_rates"]["learning_rates"] == sorted(CONTROL_LRS)
+  # one plan for every score: nothing to repeat
+  assert th.analyse(th.read_grid(str(main_grid), MAIN, LRS), replicates=10).shared is None
   with pytest.raises(ValueError, match="two grids"):
     th.merge([grid, th.read_grid(str(main_grid), MAIN, LRS)])
 
