@@ -48,12 +48,27 @@ def _lr_axis(ax, lrs) -> None:
   ax.grid(alpha=0.3)
 
 
-def plot_curves(a: th.Analysis, path: str) -> None:
+def dim_colours(a: th.Analysis) -> dict[int, str]:
+  """One colour per d_k, the same in every score's panel (a score may lack
+  some d_k: the controls' panels must not recolour the rest)."""
+  dims = sorted({d for s in a.grid.scores for d in a.grid.dims[s]})
+  cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+  return {d: cycle[i % len(cycle)] for i, d in enumerate(dims)}
+
+
+def curves_figure(a: th.Analysis):
   """Final validation loss (top) and test BLEU (bottom) against the learning
-  rate, a curve per d_k, a column per score."""
+  rate, a curve per d_k, a column per score. Each row shares its y axis and
+  every panel spans every score's learning rates, so that panels compare by
+  eye (the controls ran three of the six)."""
   g = a.grid
   ln_vocab = math.log(g.vocab_size)
+  colours = dim_colours(a)
+  all_lrs = sorted({lr for s in g.scores for lr in g.learning_rates[s]})
   fig, axes = _panels(2, len(g.scores))
+  for row in axes:
+    for ax in row[1:]:
+      ax.sharey(row[0])
   for column, score in enumerate(g.scores):
     top, bottom = axes[0][column], axes[1][column]
     for dim in g.dims[score]:
@@ -63,21 +78,29 @@ def plot_curves(a: th.Analysis, path: str) -> None:
         continue
       lrs = [c.lr for c in cells]
       losses = [a.losses[c] for c in cells]
-      line, = top.plot(lrs, [min(v, ln_vocab) for v in losses], "o-", label=f"d_k = {dim}")
+      colour = colours[dim]
+      top.plot(lrs, [min(v, ln_vocab) for v in losses], "o-", color=colour,
+               label=f"d_k = {dim}")
       bad = [c.lr for c, v in zip(cells, losses) if not math.isfinite(v)]
-      top.plot(bad, [ln_vocab] * len(bad), "x", color=line.get_color(), markersize=10)
+      top.plot(bad, [ln_vocab] * len(bad), "x", color=colour, markersize=10)
       bleu = [(c.lr, a.test_bleu[c]) for c in cells if a.test_bleu[c] is not None]
       if bleu:
-        bottom.plot(*zip(*bleu), "o-", color=line.get_color(), label=f"d_k = {dim}")
+        bottom.plot(*zip(*bleu), "o-", color=colour, label=f"d_k = {dim}")
     top.axhline(ln_vocab, color="grey", linestyle=":", linewidth=1)
     top.set_title(score)
     top.set_ylabel(f"final validation loss (x: diverged, at ln {g.vocab_size})")
     bottom.set_ylabel("test BLEU (seeds not diverged)")
     for ax in (top, bottom):
-      _lr_axis(ax, g.learning_rates[score])
+      _lr_axis(ax, all_lrs)
+      ax.set_xlim(all_lrs[0] / 1.5, all_lrs[-1] * 1.5)
     if top.get_legend_handles_labels()[0]:
       top.legend(fontsize=8)
-  plots.save_figure(fig, path)
+  return fig
+
+
+def plot_curves(a: th.Analysis, path: str) -> None:
+  """`curves_figure` written to `path`."""
+  plots.save_figure(curves_figure(a), path)
 
 
 def heatmap_values(a: th.Analysis, score: str, moment: str) -> np.ndarray:

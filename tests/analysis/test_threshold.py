@@ -370,6 +370,34 @@ def test_the_controls_join_the_main_grid(main_grid, tmp_path):
     th.merge([grid, th.read_grid(str(main_grid), MAIN, LRS)])
 
 
+def test_curves_keep_a_colour_per_dk_and_one_scale_per_row(main_grid, tmp_path):
+  """The controls here lack d_k 16: their panels must keep the main grid's
+  colour for d_k 64 and 256, and every panel of a row its y and x range."""
+  import matplotlib.pyplot as plt
+  from attention_jax.analysis import threshold_plots
+  for score in CONTROLS.arms:
+    for dim in (64, 256):
+      for lr in CONTROL_LRS:
+        write_run(tmp_path / "controls", CONTROLS, CONTROL_LRS, score, dim, lr, [2.5, 2.5])
+  grid = th.merge([th.read_grid(str(main_grid), MAIN, LRS),
+                   th.read_grid(str(tmp_path / "controls"), CONTROLS, CONTROL_LRS)])
+  fig = threshold_plots.curves_figure(th.analyse(grid, replicates=10))
+  try:
+    axes = fig.axes
+    top = [ax for ax in axes if ax.get_title()]
+    assert [ax.get_title() for ax in top] == ["dot", "scaled_dot", "inverse_dim", "qk_norm"]
+    colour = {}
+    for ax in axes:
+      for line in ax.get_lines():
+        if line.get_label().startswith("d_k"):
+          assert colour.setdefault(line.get_label(), line.get_color()) == line.get_color()
+    assert len(set(colour.values())) == 3
+    assert len({ax.get_ylim() for ax in top}) == 1
+    assert len({ax.get_xlim() for ax in axes}) == 1
+  finally:
+    plt.close(fig)
+
+
 # --- the driver -------------------------------------------------------------------------
 
 
