@@ -117,6 +117,15 @@ def heatmap_values(a: th.Analysis, score: str, moment: str) -> np.ndarray:
   return out
 
 
+def cell_label(x: float) -> str:
+  """A heat map cell's number: whole above 10, two significant digits below
+  (`inverse_dim`'s logits start at 0.1-0.3, which a whole number shows as 0);
+  "–" where not known (or not finite)."""
+  if not np.isfinite(x):
+    return "–"
+  return f"{x:,.0f}" if abs(x) >= 10 else f"{x:.2g}"
+
+
 def plot_heatmaps(a: th.Analysis, path: str) -> None:
   """The largest self-attention logit over (lr, d_k), a row per moment
   (step 100, the last step), a column per score; one log colour scale."""
@@ -134,7 +143,7 @@ def plot_heatmaps(a: th.Analysis, path: str) -> None:
       image = ax.imshow(np.where(v > 0, v, np.nan), norm=norm, cmap="viridis",
                         aspect="auto", origin="lower")
       for (i, j), x in np.ndenumerate(v):
-        text = f"{x:,.0f}" if np.isfinite(x) else "–"  # not known (or not finite)
+        text = cell_label(x)
         ax.text(j, i, text, ha="center", va="center", fontsize=7,
                 color="w" if np.isfinite(x) else "k")
       ax.set_xticks(range(len(g.learning_rates[score])),

@@ -398,6 +398,14 @@ def test_curves_keep_a_colour_per_dk_and_one_scale_per_row(main_grid, tmp_path):
     plt.close(fig)
 
 
+def test_heat_map_cells_show_small_logits_with_two_digits():
+  from attention_jax.analysis import threshold_plots
+  assert threshold_plots.cell_label(0.14) == "0.14"
+  assert threshold_plots.cell_label(2.36) == "2.4"
+  assert threshold_plots.cell_label(314507.0) == "314,507"
+  assert threshold_plots.cell_label(float("nan")) == "–"
+
+
 # --- the driver -------------------------------------------------------------------------
 
 
