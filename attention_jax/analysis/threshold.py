@@ -108,6 +108,7 @@ class Record:
   test_bleu: float | None
   diagnostics: Mapping[str, float | None]
   provenance: Mapping | None = None
+  train_seconds: float | None = None  # its run's training clock (every seed's row: one run)
 
   @property
   def cell(self) -> Cell:
@@ -171,7 +172,8 @@ def seed_record(cell: Cell, seed: int, log: Sequence[Mapping], result_row: Mappi
   bleu = None if diverged or not result_row else result_row.get("test_bleu")
   prov = provenance_lib.of(result_row) if result_row else None
   return Record(cell.score, cell.dim, cell.lr, seed, loss, diverged, bleu, diagnostics,
-                {k: prov.get(k) for k in PROVENANCE_FIELDS} if prov else None)
+                {k: prov.get(k) for k in PROVENANCE_FIELDS} if prov else None,
+                (result_row or {}).get("train_seconds"))
 
 
 def _checked(run: run_folder.RunDir, cfg: config_lib.ExperimentConfig,
@@ -527,6 +529,22 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
                   shared)
 
 
+def run_clocks(records: Iterable[Record]) -> dict[str, dict]:
+  """Per score: the finished runs (a run per cell: its seeds train as one
+  program) and the sum of their training clocks in hours, each run counted
+  once (the largest of its seeds' rows); runs without a clock are left out."""
+  per_cell: dict[Cell, float] = {}
+  for r in records:
+    if r.train_seconds is not None:
+      per_cell[r.cell] = max(per_cell.get(r.cell, 0.0), float(r.train_seconds))
+  out: dict[str, dict] = {}
+  for c, seconds in sorted(per_cell.items()):
+    row = out.setdefault(c.score, {"runs": 0, "hours": 0.0})
+    row["runs"] += 1
+    row["hours"] += seconds / 3600
+  return out
+
+
 def provenance_summary(records: Iterable[Record]) -> list[dict]:
   """The distinct provenances of the result rows read, each with its number
   of rows (`PROVENANCE_FIELDS`), most rows first; rows not yet finished
@@ -567,6 +585,7 @@ def as_json(a: Analysis) -> dict:
       **_fits_json(a),
       "shared_rates": None if a.shared is None else {
           "learning_rates": list(shared_rates(g)), **_fits_json(a.shared)},
+      "run_clocks": run_clocks(g.records),
       "provenance": provenance_summary(g.records),
       "rows_without_result": sum(r.provenance is None for r in g.records),
   }

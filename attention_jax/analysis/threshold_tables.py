@@ -177,6 +177,17 @@ def diagnostics_table(a: th.Analysis) -> str:
   return _table(header, rows)
 
 
+def clocks_table(a: th.Analysis) -> str:
+  """The finished runs per score and their training clocks, summed."""
+  clocks = th.run_clocks(a.grid.records)
+  rows = [[s, str(clocks[s]["runs"]), f"{clocks[s]['hours']:.1f}"]
+          for s in a.grid.scores if s in clocks]
+  if clocks:
+    rows.append(["all", str(sum(v["runs"] for v in clocks.values())),
+                 f"{sum(v['hours'] for v in clocks.values()):.1f}"])
+  return _table(["score", "finished runs", "training clock, hours"], rows)
+
+
 def missing_table(a: th.Analysis) -> str:
   """The planned cells not yet known, a row per (score, d_k)."""
   by_pair: dict[tuple[str, int], list[float]] = {}
@@ -208,6 +219,8 @@ def markdown(a: th.Analysis) -> str:
     sections += [(f"lr_opt and lr* {where}", threshold_table(a.shared)),
                  (f"Slope of log lr* on log d_k {where}", law_table(a.shared)),
                  (f"Learning-rate sensitivity {where}", sensitivity_table(a.shared))]
+  sections.append(("Run clocks (each run's `train_seconds`; its seeds train as one program)",
+                   clocks_table(a)))
   if g.missing:
     sections.append(("Cells not yet known", missing_table(a)))
   return "\n".join(f"## {title}\n\n{table}" for title, table in sections)

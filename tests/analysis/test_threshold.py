@@ -406,6 +406,20 @@ def test_heat_map_cells_show_small_logits_with_two_digits():
   assert threshold_plots.cell_label(float("nan")) == "–"
 
 
+def test_run_clocks_count_each_run_once(main_grid):
+  grid = th.read_grid(str(main_grid), MAIN, LRS)
+  runs = len(MAIN.dims) * len(LRS)
+  assert th.run_clocks(grid.records) == {
+      "dot": {"runs": runs, "hours": pytest.approx(runs / 3600)},
+      "scaled_dot": {"runs": runs, "hours": pytest.approx(runs / 3600)}}
+  record = lambda seed, seconds, lr=1e-3: th.Record("dot", 16, lr, seed, 2.0, False, 1.0, {},
+                                                   None, seconds)
+  assert th.run_clocks([record(0, 10.0), record(1, 20.0), record(0, None, 3e-3)]) == {
+      "dot": {"runs": 1, "hours": pytest.approx(20 / 3600)}}
+  text = threshold_tables.markdown(th.analyse(grid, replicates=10))
+  assert f"| all | {2 * runs} | 0.0 |" in text
+
+
 # --- the driver -------------------------------------------------------------------------
 
 
