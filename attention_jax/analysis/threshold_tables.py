@@ -153,6 +153,29 @@ def sensitivity_table(a: th.Analysis) -> str:
   return _table(["score"] + [f"d_k = {d}" for d in dims] + ["learning rates"], rows)
 
 
+def bleu_table(a: th.Analysis) -> str:
+  """Test BLEU of every seed (seed 0 / seed 1 / ...), a row per (d_k, score), a
+  column per learning rate of any score (`–`: not planned or not known)."""
+  g = a.grid
+  lrs = sorted({lr for s in g.scores for lr in g.learning_rates[s]})
+  seeds: dict[th.Cell, list[th.Record]] = {}
+  for r in g.records:
+    seeds.setdefault(r.cell, []).append(r)
+  rows = []
+  for d in _all_dims(a):
+    for s in g.scores:
+      if d not in g.dims[s]:
+        continue
+      row = [str(d), s]
+      for lr in lrs:
+        known = sorted(seeds.get(th.Cell(s, d, lr), []), key=lambda r: r.seed)
+        row.append(" / ".join("diverged" if r.diverged else
+                              MISSING if r.test_bleu is None else f"{r.test_bleu:.1f}"
+                              for r in known) or MISSING)
+      rows.append(row)
+  return _table(["d_k", "score"] + [fmt_lr(lr) for lr in lrs], rows)
+
+
 def _stat(stat: str, v: float | None) -> str:
   if v is None:
     return MISSING
@@ -204,6 +227,7 @@ def markdown(a: th.Analysis) -> str:
   sections = [
       (f"L(s, d_k, lr): ln validation perplexity at step {g.steps}, mean over seeds",
        loss_table(a)),
+      (f"Test BLEU at step {g.steps}, seed by seed", bleu_table(a)),
       ("lr_opt and lr* (L reaches L(lr_opt) + ln 1.2, log-lr interpolation)",
        threshold_table(a)),
       ("Slope of log lr* on log d_k", law_table(a)),

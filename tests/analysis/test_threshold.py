@@ -418,6 +418,8 @@ def test_run_clocks_count_each_run_once(main_grid):
       "dot": {"runs": 1, "hours": pytest.approx(20 / 3600)}}
   text = threshold_tables.markdown(th.analyse(grid, replicates=10))
   assert f"| all | {2 * runs} | 0.0 |" in text
+  # the written rows' test BLEU, 10 + seed + 100 lr, seed by seed
+  assert "| 16 | dot | 10.0 / 11.0 | 10.0 / 11.0 | 10.0 / 11.0 | 10.1 / 11.1 | 10.3 / 11.3 |" in text
 
 
 # --- the driver -------------------------------------------------------------------------
