@@ -107,9 +107,11 @@ def write(analysis, inputs: dict[str, str], out: str) -> list[str]:
   from attention_jax.analysis import threshold_tables  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
   from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
+  # The checkout as it is before this report replaces its own files: read
+  # after, a report kept in the tree (results/...) would call itself dirty.
+  commit, dirty = provenance.git_state(ROOT)
   os.makedirs(out, exist_ok=True)
   files.atomic_write(os.path.join(out, MARKDOWN), threshold_tables.markdown(analysis))
-  commit, dirty = provenance.git_state(ROOT)
   value = {"inputs": {name: os.path.relpath(path, out) for name, path in inputs.items()},
            "analysed_at": {"commit": commit, "dirty": dirty}, **th.as_json(analysis)}
   files.atomic_write(os.path.join(out, JSON), files.to_json(value, indent=1))

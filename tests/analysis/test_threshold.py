@@ -450,6 +450,25 @@ def test_the_driver_writes_every_output_without_machine_paths(main_grid, tmp_pat
   assert "| dot | 64 | 1e-3 | 2.000 | 2e-3 | fitted |" in text
 
 
+def test_a_report_kept_in_a_clean_checkout_is_not_called_dirty(main_grid, tmp_path,
+                                                                monkeypatch):
+  """The report's own files, replaced in a clean tree, must not mark it dirty."""
+  repo = tmp_path / "repo"
+  out = repo / "results" / "grid"
+  out.mkdir(parents=True)
+  (out / "lr_threshold.md").write_text("an older report\n")
+  git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True,
+                                  capture_output=True, text=True).stdout.strip()
+  git("init", "-q")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "add", ".")
+  git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "older report")
+  monkeypatch.setattr(threshold_report, "ROOT", str(repo))
+  analysis, inputs = threshold_report.read(str(main_grid), "")
+  threshold_report.write(analysis, inputs, str(out))
+  value = json.loads((out / "lr_threshold.json").read_text())
+  assert value["analysed_at"] == {"commit": git("rev-parse", "HEAD"), "dirty": False}
+
+
 @pytest.mark.parametrize("args, named", [
     (dict(main=None, controls="", out="o"), "--main is required"),
     (dict(main="M", controls="", out=None), "--out is required"),
