@@ -47,11 +47,15 @@ Rule fixed before any run of this grid (2026-11-26), the same for every score:
 - No extension: the grid is not lengthened whatever it shows; a longer run is
   the accelerator grid's.
 
-Time: not yet measured; predicted about 12 h of run clocks, 6 h of wall with
-two workers on an idle 2-core CPU machine; one GPU: not run. Expected, by the
-mu-P argument for Adam: lr*(d_k) falls like 1/d_k for `dot`, like d_k^-1/2 for
-`scaled_dot`, and is flat for `inverse_dim` and `qk_norm`; at 2e-3 the
-`transformer` preset's `dot` failed at every d_k, 16 included.
+Time: predicted about 12 h of run clocks, 6 h of wall with two workers on an
+idle 2-core CPU machine; measured 39.3 h of run clocks on the shared 2-core
+Xeon (8707eae, 2026-11-26 to 11-28; results/transformer_lr_cpu); one GPU: not
+run. Expected, by the mu-P argument for Adam: lr*(d_k) falls like 1/d_k for
+`dot`, like d_k^-1/2 for `scaled_dot`, and is flat for `inverse_dim` and
+`qk_norm`; at 2e-3 the `transformer` preset's `dot` failed at every d_k, 16
+included. Result: slopes -0.26 [-0.31, -0.22] (`dot`) and -0.06 [-0.06, -0.05]
+(`scaled_dot`), +0.09 [-0.13, +0.24] (`inverse_dim`), `qk_norm` never failing
+inside the grid; `dot` 0.7-0.9 nats worse than `scaled_dot` at every d_k.
 """
 
 import math
