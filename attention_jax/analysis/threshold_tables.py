@@ -227,7 +227,8 @@ def markdown(a: th.Analysis) -> str:
   sections = [
       (f"L(s, d_k, lr): ln validation perplexity at step {g.steps}, mean over seeds",
        loss_table(a)),
-      (f"Test BLEU at step {g.steps}, seed by seed", bleu_table(a)),
+      ("Test BLEU (each seed at its best validation BLEU checkpoint), seed by seed",
+       bleu_table(a)),
       ("lr_opt and lr* (L reaches L(lr_opt) + ln 1.2, log-lr interpolation)",
        threshold_table(a)),
       ("Slope of log lr* on log d_k", law_table(a)),
