@@ -314,6 +314,14 @@ def on_rates(grid: Grid, rates: Sequence[float]) -> Grid:
               {s: keep for s in grid.scores}, dict(grid.dims), grid.vocab_size, grid.steps)
 
 
+def records_by_cell(records: Iterable[Record]) -> dict[Cell, list[Record]]:
+  """Each cell's records, in seed order."""
+  by_cell: dict[Cell, list[Record]] = collections.defaultdict(list)
+  for r in sorted(records, key=lambda r: (r.cell, r.seed)):
+    by_cell[r.cell].append(r)
+  return dict(by_cell)
+
+
 def seed_losses(records: Iterable[Record]) -> dict[Cell, np.ndarray]:
   """Each cell's final validation losses, in seed order (inf: diverged)."""
   by_cell = collections.defaultdict(list)
@@ -515,9 +523,7 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
                       bootstrap_slope(mine, planned, margin, replicates),
                       REFERENCE_SLOPES.get(score))
   fails, best = absolute_failures(losses, margin)
-  by_cell = collections.defaultdict(list)
-  for r in grid.records:
-    by_cell[r.cell].append(r)
+  by_cell = records_by_cell(grid.records)
   diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
                      for k in rs[0].diagnostics} for c, rs in by_cell.items()}
   bleu = {c: _mean_known(r.test_bleu for r in rs) for c, rs in by_cell.items()}

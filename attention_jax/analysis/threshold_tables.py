@@ -158,9 +158,7 @@ def bleu_table(a: th.Analysis) -> str:
   column per learning rate of any score (`–`: not planned or not known)."""
   g = a.grid
   lrs = sorted({lr for s in g.scores for lr in g.learning_rates[s]})
-  seeds: dict[th.Cell, list[th.Record]] = {}
-  for r in g.records:
-    seeds.setdefault(r.cell, []).append(r)
+  seeds = th.records_by_cell(g.records)
   rows = []
   for d in _all_dims(a):
     for s in g.scores:
@@ -168,7 +166,7 @@ def bleu_table(a: th.Analysis) -> str:
         continue
       row = [str(d), s]
       for lr in lrs:
-        known = sorted(seeds.get(th.Cell(s, d, lr), []), key=lambda r: r.seed)
+        known = seeds.get(th.Cell(s, d, lr), [])
         row.append(" / ".join("diverged" if r.diverged else
                               MISSING if r.test_bleu is None else f"{r.test_bleu:.1f}"
                               for r in known) or MISSING)
