@@ -5,6 +5,7 @@ each stage's reports, and a stopped run resumes at the stage it was at.
 results/transformer_lr_cpu/commands.sh copy: finished runs into results/, no
 checkpoints, unfinished runs left out."""
 
+import gzip
 import os
 import subprocess
 import sys
@@ -107,11 +108,14 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
   out, calls = _run(tmp_path, "copy", script=script,
                     extra_env={"W": str(work), "PY": "python"})
   here = tmp_path / "results" / "transformer_lr_cpu"
-  assert sorted(os.listdir(here / "main" / "learning_rate=0.001" / "runs" / "dot_d16")) == [
-      "metrics.jsonl", "result.json", "test_translations.json"]
+  copied = here / "main" / "learning_rate=0.001" / "runs" / "dot_d16"
+  assert sorted(os.listdir(copied)) == [
+      "metrics.jsonl", "result.json", "test_translations.json.gz"]
   assert sorted(os.listdir(here / "controls" / "learning_rate=0.0001" / "runs" /
                            "qk_norm_d256")) == ["metrics.jsonl", "result.json",
-                                                "test_translations.json"]
+                                                "test_translations.json.gz"]
+  # The translations are kept gzip'd, byte for byte what the run wrote.
+  assert gzip.decompress((copied / "test_translations.json.gz").read_bytes()) == b"{}"
   assert not (here / "main" / "learning_rate=0.01").exists()  # no result.json: still running
   assert "copied main/learning_rate=0.001/runs/dot_d16" in out
   assert calls == [

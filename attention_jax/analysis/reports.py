@@ -94,12 +94,12 @@ def significance(workdir: Workdir, cfg: ExperimentConfig,
   out = {}
   for dim in cfg.dims:
     base_run = workdir.run(Arm.of(base, dim))
-    if not os.path.exists(base_run.translations):
+    if base_run.stored_translations is None:
       continue
     for name in cfg.arms:
       arm = Arm.of(name, dim)
       run = workdir.run(arm)
-      if name == base or not os.path.exists(run.translations):
+      if name == base or run.stored_translations is None:
         continue
       out[arm] = _compare(base, base_run, run, subset)
   return out
@@ -111,10 +111,7 @@ def _compare(base: str, base_run: RunDir, run: RunDir,
   only, if given): the cached result if it was computed from the same
   translations (and members) in the current format, else computed and
   cached."""
-  with open(base_run.translations, "rb") as f:
-    base_bytes = f.read()
-  with open(run.translations, "rb") as f:
-    own_bytes = f.read()
+  base_bytes, own_bytes = base_run.translations_bytes(), run.translations_bytes()
   chosen = b"" if subset is None else b"\0" + repr(subset.indices).encode()
   digest = hashlib.sha256(base_bytes + b"\0" + own_bytes + chosen).hexdigest()
   cache = run.significance if subset is None else run.significance_of(subset.name)
@@ -155,8 +152,8 @@ def translations_to_compare(base: RunDir, other: RunDir) -> tuple[dict, dict]:
               f"({len(first['references'])} and {len(second['references'])})"
               if len(first["references"]) != len(second["references"])
               else "different references")
-    raise ValueError(f"{base.translations} and {other.translations} hold {differ}, so their "
-                     "runs cannot be compared; delete the wrong one and its run's "
+    raise ValueError(f"{base.stored_translations} and {other.stored_translations} hold {differ}, "
+                     "so their runs cannot be compared; delete the wrong one and its run's "
                      "result.json, and re-run the same command to evaluate that run again.")
   return first, second
 

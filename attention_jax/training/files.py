@@ -3,12 +3,15 @@
 A file written with `atomic_write` is the old one or the new one to any
 reader, never half of either, after a crash, a kill or a full disk; JSON is
 written strict (NaN and infinities as null) and read back with errors that
-name the file.
+name the file. A name ending in `.gz` is read through gzip (`read_bytes`):
+the committed results keep their bulky files so.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import zlib
 import math
 import os
 import tempfile
@@ -73,15 +76,30 @@ def to_json(value: Any, **kwargs) -> str:
   return json.dumps(finite(value), allow_nan=False, **kwargs)
 
 
+def read_bytes(path: str, remedy: str = "") -> bytes:
+  """The bytes of the file `path`, which must exist; of a `.gz` file, the
+  bytes it holds compressed, and a file that is not whole gzip a ValueError
+  of one line naming it (and `remedy`, if given)."""
+  with open(path, "rb") as f:
+    data = f.read()
+  if not path.endswith(".gz"):
+    return data
+  try:
+    return gzip.decompress(data)
+  except (OSError, EOFError, zlib.error) as e:  # not gzip, cut, or a bad checksum
+    raise ValueError(f"{path} is damaged (not gzip: {e})"
+                     + (f"; {remedy}" if remedy else "") + ".") from None
+
+
 def read_json(path: str, kind: type | None = None, remedy: str = "") -> Any:
-  """The JSON value in the file `path`, which must exist.
+  """The JSON value in the file `path` (`read_bytes`: gzip'd if it ends in
+  `.gz`), which must exist.
 
   A file that does not parse (or, with `kind`, holds another type of value)
   raises a ValueError of one line naming it, and `remedy` (what to do about
   it) if given, in place of a JSON error that names no file.
   """
-  with open(path, "rb") as f:
-    data = f.read()
+  data = read_bytes(path, remedy)
   try:
     value = json.loads(data)
   except ValueError as e:  # JSONDecodeError, or bytes that are not text

@@ -4,7 +4,8 @@
   checkpoints/    Orbax checkpoints (latest two)
   metrics.jsonl   loss, softmax diagnostics, validation BLEU
   attention.json  alignment of test sentence 0 (seed 0)
-  test_translations.json  final test outputs per seed (for significance)
+  test_translations.json  final test outputs per seed (for significance);
+                          kept gzip'd in results/ (`.json.gz`), see `stored_translations`
   significance.json       cached paired test against the baseline arm
   significance.<values>.json  the same, of the members of one combination of
                           member values (a run with member values, `--members`)
@@ -125,6 +126,7 @@ class RunDir:
   metrics = FileName("metrics.jsonl")
   attention = FileName("attention.json")
   translations = FileName("test_translations.json")
+  translations_gz = FileName("test_translations.json.gz")
   significance = FileName("significance.json")
   result = FileName("result.json")
 
@@ -154,14 +156,34 @@ class RunDir:
       raise ValueError(f"{self.result} is damaged ({problem}); {remedy}.")
     return rows
 
+  @property
+  def stored_translations(self) -> str | None:
+    """The file of the run's test outputs: test_translations.json, as a run
+    writes it, else test_translations.json.gz, as the runs committed under
+    results/ keep it (4x smaller: their plain text had grown the tree that
+    a device call carries, at most 64 MiB with the GPU bundle, past room for
+    the bundle); None if there is neither."""
+    for path in (self.translations, self.translations_gz):
+      if os.path.exists(path):
+        return path
+    return None
+
+  def translations_bytes(self) -> bytes:
+    """The JSON text of the run's test outputs (`stored_translations`, which
+    must exist), uncompressed: the same bytes for either file, so that a
+    digest of them (the significance cache's) does not depend on which."""
+    return files.read_bytes(self.stored_translations, _TRANSLATIONS_REMEDY)
+
   def test_translations(self) -> dict:
-    """The run's stored test outputs, `{"references": [N], "hypotheses":
-    [seeds][N] (None for a diverged member)}`; a ValueError of one line
-    naming the file if they are not of that shape (`translations_problem`)."""
-    value = files.read_json(self.translations, dict, _TRANSLATIONS_REMEDY)
+    """The run's stored test outputs (`stored_translations`), `{"references":
+    [N], "hypotheses": [seeds][N] (None for a diverged member)}`; a
+    ValueError of one line naming the file if they are not of that shape
+    (`translations_problem`)."""
+    path = self.stored_translations
+    value = files.read_json(path, dict, _TRANSLATIONS_REMEDY)
     problem = translations_problem(value)
     if problem is not None:
-      raise ValueError(f"{self.translations} is damaged ({problem}); {_TRANSLATIONS_REMEDY}.")
+      raise ValueError(f"{path} is damaged ({problem}); {_TRANSLATIONS_REMEDY}.")
     return value
 
   def record(self, settings: dict) -> None:

@@ -56,12 +56,18 @@ run() {
 }
 
 collect() {  # the finished runs (no checkpoints), then the grid's reports (no training)
+  # test_translations.json is kept gzip'd (.json.gz, which the reports read).
   (cd "$W" && find . -path '*/runs/*/result.json') | while read -r done_run; do
     run_dir=$(dirname "$done_run")  # a run still training elsewhere is left out
     (cd "$W/$run_dir" && find . -path ./checkpoints -prune -o -type f -print) |
       while read -r f; do
         mkdir -p "$HERE/$run_dir/$(dirname "$f")"
-        cp "$W/$run_dir/$f" "$HERE/$run_dir/$f"
+        if [ "$(basename "$f")" = test_translations.json ]; then
+          gzip -9 -n -c "$W/$run_dir/$f" > "$HERE/$run_dir/$f.gz"
+          rm -f "$HERE/$run_dir/$f"
+        else
+          cp "$W/$run_dir/$f" "$HERE/$run_dir/$f"
+        fi
       done
   done
   "$PY" -m experiments.ablation --preset=quick --steps=2500 --workdir="$HERE" --report_only \

@@ -3,6 +3,7 @@ logs, interrupted writes, full disks. Each test damages something the way a
 careless user or an unlucky machine would and asserts nothing is lost and
 nothing wrong is read."""
 
+import gzip
 import json
 import os
 import subprocess
@@ -341,6 +342,49 @@ def test_a_damaged_json_file_of_a_run_is_named_in_one_line(tmp_path, name, damag
                            f"--arms={','.join(_ARMS)}", "--dims=8", "--report_only",
                            f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
     _one_line_failure(proc, path, "damaged")
+
+
+def _gzip_translations(workdir: str) -> None:
+  """Every run's test_translations.json replaced by its .json.gz, as the
+  runs committed under results/ keep them."""
+  for arm in _ARMS:
+    path = os.path.join(workdir, "runs", f"{arm}_d8", "test_translations.json")
+    with open(path, "rb") as f:
+      data = f.read()
+    with open(path + ".gz", "wb") as f:
+      f.write(gzip.compress(data, mtime=0))
+    os.remove(path)
+
+
+def test_gzipped_translations_report_alike_and_keep_the_significance_cache(tmp_path, capsys):
+  cfg, workdir = _finished_workdir(tmp_path)
+  table = runner.report_only(cfg, workdir, report=reports.write)
+  assert "significance:" in capsys.readouterr().out  # computed and cached
+  _gzip_translations(workdir)
+  # The same table, and the cache still holds: its digest is of the JSON text,
+  # whichever file holds it, so nothing is computed again.
+  assert runner.report_only(cfg, workdir, report=reports.write) == table
+  assert "significance:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage,needle", [
+    (lambda data: data[: len(data) // 2], "not gzip"),                 # cut
+    (lambda data: b"plain text, not gzip", "not gzip"),
+    (lambda data: gzip.compress(b'{"references": 3'), "not JSON"),     # gzip of bad JSON
+])
+def test_damaged_gzipped_translations_are_named_in_one_line(tmp_path, damage, needle):
+  cfg, workdir = _finished_workdir(tmp_path)
+  _gzip_translations(workdir)
+  path = os.path.join(workdir, "runs", "multiplicative_d8", "test_translations.json.gz")
+  with open(path, "rb") as f:
+    data = f.read()
+  with open(path, "wb") as f:
+    f.write(damage(data))
+  with pytest.raises(ValueError) as info:
+    runner.report_only(cfg, workdir, report=reports.write)
+  message = str(info.value)
+  assert path in message and "damaged" in message and needle in message
+  assert "\n" not in message
 
 
 def _cut_translations(value):
