@@ -79,6 +79,30 @@ def test_gpu_bundle_rejects_a_bad_python_version(tmp_path):
   assert not (tmp_path / "b").exists() and not (tmp_path / "b.partial").exists()
 
 
+# The default GPU bundle (`bash scripts/gpu_bundle.sh`, VOCAB_SIZES "2000 8000"):
+# 29 MiB (9.6 MiB of wheels, 19 MiB of prepared data) at a5aceec on the 2-core Xeon.
+BUNDLE_MIB = 29
+CALL_LIMIT_MIB, STATE_RESERVE_MIB = 64, 8  # scripts/gpu_bundle.sh's
+
+
+def test_the_tree_that_travels_leaves_room_for_the_gpu_bundle():
+  # The committed tree grew to 28 MiB with a grid's results, and the bundle no
+  # longer fitted a device call: only the slow end-to-end test (and a lent GPU
+  # session, refused before any work) would have said so.
+  with open(os.path.join(ROOT, "scripts", "gpu_bundle.sh")) as f:
+    script = f.read()
+  assert (f"call_limit_mib={CALL_LIMIT_MIB}\n" in script
+          and f"${{STATE_RESERVE_MIB:-{STATE_RESERVE_MIB}}}" in script)
+  listed = subprocess.run(["git", "ls-files", "-z", "-c", "-o", "--exclude-standard"],
+                          cwd=ROOT, capture_output=True, check=True).stdout
+  paths = [os.path.join(ROOT, p) for p in listed.decode().split("\0") if p]
+  tree_mib = sum(os.lstat(p).st_size for p in paths if os.path.lexists(p)) / 2**20
+  assert tree_mib + BUNDLE_MIB + STATE_RESERVE_MIB <= CALL_LIMIT_MIB, (
+      f"the working tree is {tree_mib:.1f} MiB: with the {BUNDLE_MIB} MiB GPU bundle and "
+      f"the {STATE_RESERVE_MIB} MiB state reserve it is over a device call's "
+      f"{CALL_LIMIT_MIB} MiB; keep bulky results compressed (as test_translations.json.gz)")
+
+
 def _image_without(carried, farm):
   """Links every distribution of this environment except `carried` into `farm`."""
   os.makedirs(farm)
