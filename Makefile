@@ -1,7 +1,7 @@
 # The two commands of the README. Each sets itself up on first use and is idempotent.
 #   make ablation   quick attention-dimensionality ablation (CPU, 2 cores: 80 min measured for 3500 steps, 030e0f9)
 #   make ablation-transformer   the Transformer's d_k ablation (CPU, 2 cores; resumable)
-#   make test       the default test suite (263 s of pytest in a fresh clone on the idle 2-core Xeon at 3ae9899; the aim is under 10 minutes on a 2-core EPYC too)
+#   make test       the default test suite (fresh clone: 263 s of pytest on the idle 2-core Xeon at 3ae9899, 465 s on an idle 2-core AMD EPYC at 50bae2c; the aim is under 10 minutes on either)
 # The venv is built from the lock file of its Python (requirements/, exact
 # versions with hashes; LOCK=none for an unpinned install); `make lock`
 # regenerates the lock files (docs/reproducibility.md).
