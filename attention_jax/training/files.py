@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import gzip
 import json
-import zlib
 import math
 import os
 import tempfile
+import zlib
 from typing import Any, Iterable
 
 import numpy as np
