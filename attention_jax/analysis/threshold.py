@@ -16,6 +16,10 @@ pieces, each a small pure function of numbers except the reading:
   absolute_failures  the pass/fail table against L_best(d) + FAILURE_MARGIN
   sensitivity        Wortsman et al.'s learning-rate sensitivity
   slope, bootstrap_slope   the law: log lr* on log d_k, and its interval
+  slope_bracket, verdict   what the grid allows without interpolation: each
+                     lr* anywhere in its grid interval (`Threshold.bracket`),
+                     the range of slopes that gives, and what that range says
+                     of the prediction (holds / fails / not resolved)
   shared_rates, on_rates   the learning rates every score ran, and the grid
                      cut to them
   analyse            all of it for one or more grids (`Analysis`, `as_json`)
@@ -42,7 +46,16 @@ What the rule leaves to its implementation, decided here:
   with fewer than two such d_k give no slope and are counted. With two seeds
   a cell has only three distinct means (seed 0 twice, seed 1 twice, both),
   so the interval is coarse: it shows how far the two seeds' disagreement
-  moves the slope, not a sampling distribution.
+  moves the slope, not a sampling distribution. It covers the seeds only:
+  the grid's resolution is the bracket's.
+- A claim is no stronger than the grid: lr* is known only to lie in its
+  grid interval (the last rate below the target, the first at or above
+  it), and the slope only to lie in the range those intervals allow
+  (`slope_bracket`). The interpolated slope is a point estimate inside it.
+  The verdict on a predicted slope reads the bracket alone: it fails where
+  the bracket excludes the prediction, holds only where the bracket lies
+  inside a band registered with the grid before its first run, and is
+  otherwise "not resolved by this grid".
 
 Beside the rule, not part of it (added after the controls had started, and
 the same for every score): where the scores ran different learning rates
@@ -346,6 +359,10 @@ class Threshold:
   into_divergence: bool = False  # the point past the crossing diverged (module docstring)
   nowhere: bool = False  # no finite L at any learning rate: no lr_opt
   complete: bool = True  # every planned learning rate of the curve is known
+  # The grid interval that holds lr* without interpolation: (the last
+  # learning rate below the target, the first at or above it); None above
+  # as (the largest learning rate, None) when the target is never reached.
+  bracket: tuple[float, float | None] | None = None
 
   @property
   def censored(self) -> bool:
@@ -379,12 +396,12 @@ def threshold(curve: Sequence[tuple[float, float]], planned: Sequence[float],
       continue
     if loss >= target:
       if math.isinf(loss):
-        return Threshold(lr_star=low_lr, into_divergence=True, **common)
+        return Threshold(lr_star=low_lr, into_divergence=True, bracket=(low_lr, lr), **common)
       t = (target - low_loss) / (loss - low_loss)
       x = math.log(low_lr) + t * (math.log(lr) - math.log(low_lr))
-      return Threshold(lr_star=math.exp(x), **common)
+      return Threshold(lr_star=math.exp(x), bracket=(low_lr, lr), **common)
     low_lr, low_loss = lr, loss
-  return Threshold(lr_star=None, above=True, **common)
+  return Threshold(lr_star=None, above=True, bracket=(low_lr, None), **common)
 
 
 def curve_of(losses: Mapping[Cell, float], score: str, dim: int) -> list[tuple[float, float]]:
@@ -435,6 +452,63 @@ def fit_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float]]:
   return [(d, t.lr_star) for d, t in sorted(thresholds.items()) if t.fitted]
 
 
+def slope_bracket(intervals: Sequence[tuple[int, float, float]]) -> tuple[float, float] | None:
+  """The model-free bracket of the slope: the smallest and largest
+  least-squares slope of log lr* on log d_k over every choice of each lr*
+  inside its grid interval ((d_k, low, high) `intervals`), no interpolation.
+  The slope is linear in the log lr*, so each extreme takes every lr* at an
+  end of its interval (for the largest: the high end where log d_k is above
+  its mean, the low end below it). None with fewer than two distinct d_k."""
+  if len({d for d, _, _ in intervals}) < 2:
+    return None
+  x = np.log([d for d, _, _ in intervals])
+  x = x - x.mean()
+  low, high = np.log([lo for _, lo, _ in intervals]), np.log([hi for _, _, hi in intervals])
+  norm = np.sum(x * x)
+  smallest = np.sum(x * np.where(x > 0, low, high)) / norm
+  largest = np.sum(x * np.where(x > 0, high, low)) / norm
+  return float(smallest), float(largest)
+
+
+def bracket_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float, float]]:
+  """(d_k, low, high) of the grid interval of every d_k that enters the fit."""
+  return [(d, *t.bracket) for d, t in sorted(thresholds.items())
+          if t.fitted and t.bracket is not None and t.bracket[1] is not None]
+
+
+HOLDS, FAILS, UNRESOLVED = "holds", "fails", "not resolved by this grid"
+
+
+def verdict(bracket: tuple[float, float] | None, reference: float | None,
+            band: tuple[float, float] | None = None) -> str | None:
+  """What a slope's model-free `bracket` says of the predicted `reference`:
+  FAILS where the bracket excludes it; HOLDS where it lies inside `band`
+  (pre-registered with the grid; without one nothing holds); else
+  UNRESOLVED. None without a bracket or a prediction."""
+  if bracket is None or reference is None:
+    return None
+  low, high = bracket
+  if not low <= reference <= high:
+    return FAILS
+  if band is not None and band[0] <= low and high <= band[1]:
+    return HOLDS
+  return UNRESOLVED
+
+
+def deciding_half_width(point: float | None, reference: float | None,
+                        band: tuple[float, float] | None) -> float | None:
+  """The bracket half-width, centred on the point estimate `point`, at which
+  an unresolved verdict would be decided: the bracket excludes `reference`
+  once narrower than their distance, and lies inside `band` once within it;
+  refining decides at the larger of the two. None without a point
+  estimate, a prediction or a band."""
+  if point is None or reference is None or band is None:
+    return None
+  apart = abs(point - reference)
+  inside = min(point - band[0], band[1] - point)
+  return max(apart, inside)
+
+
 @dataclasses.dataclass(frozen=True)
 class Bootstrap:
   low: float | None
@@ -474,12 +548,23 @@ def bootstrap_slope(losses: Mapping[tuple[int, float], np.ndarray], planned: Seq
 
 @dataclasses.dataclass(frozen=True)
 class Law:
-  """The fitted slope of one score, its interval and what it was fitted on."""
+  """The slope of one score: its model-free bracket (`slope_bracket`), the
+  interpolated point estimate and its bootstrap interval (over seeds only:
+  it leaves the grid's resolution out), what they were fitted on, and the
+  verdict on the prediction (`verdict`)."""
   score: str
   slope: float | None
   dims: tuple[int, ...]  # the d_k fitted
   interval: Bootstrap
   reference: float | None
+  bracket: tuple[float, float] | None = None
+  band: tuple[float, float] | None = None  # pre-registered; None: no verdict can be `holds`
+  verdict: str | None = None
+  deciding_half_width: float | None = None  # where unresolved (`deciding_half_width`)
+
+  @property
+  def half_width(self) -> float | None:
+    return None if self.bracket is None else (self.bracket[1] - self.bracket[0]) / 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -504,8 +589,11 @@ def _mean_known(values: Iterable[float | None]) -> float | None:
 
 
 def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
-            replicates: int = BOOTSTRAP_REPLICATES) -> Analysis:
-  """Every number of the rule for `grid` (partial or complete)."""
+            replicates: int = BOOTSTRAP_REPLICATES,
+            bands: Mapping[str, tuple[float, float]] | None = None) -> Analysis:
+  """Every number of the rule for `grid` (partial or complete); `bands`: the
+  verdict bands of the slopes pre-registered with the grid, per score (None:
+  the grid registered none, and no verdict is `holds`)."""
   losses = mean_losses(grid.records)
   per_seed = seed_losses(grid.records)
   ln_vocab = math.log(grid.vocab_size)
@@ -517,11 +605,17 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
       if curve:
         thresholds[(score, dim)] = threshold(curve, planned, margin)
         sens[(score, dim)] = sensitivity([v for _, v in curve], ln_vocab)
-    points = fit_points({d: t for (s, d), t in thresholds.items() if s == score})
+    own = {d: t for (s, d), t in thresholds.items() if s == score}
+    points = fit_points(own)
     mine = {(c.dim, c.lr): v for c, v in per_seed.items() if c.score == score}
-    laws[score] = Law(score, slope(points), tuple(d for d, _ in points),
-                      bootstrap_slope(mine, planned, margin, replicates),
-                      REFERENCE_SLOPES.get(score))
+    point, reference = slope(points), REFERENCE_SLOPES.get(score)
+    bracket, band = slope_bracket(bracket_points(own)), (bands or {}).get(score)
+    said = verdict(bracket, reference, band)
+    laws[score] = Law(score, point, tuple(d for d, _ in points),
+                      bootstrap_slope(mine, planned, margin, replicates), reference,
+                      bracket, band, said,
+                      deciding_half_width(point, reference, band) if said == UNRESOLVED
+                      else None)
   fails, best = absolute_failures(losses, margin)
   by_cell = records_by_cell(grid.records)
   diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
@@ -530,7 +624,7 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
   rates = shared_rates(grid)
   shared = None
   if len(rates) >= 2 and any(len(v) > len(rates) for v in grid.learning_rates.values()):
-    shared = analyse(on_rates(grid, rates), margin, replicates)
+    shared = analyse(on_rates(grid, rates), margin, replicates, bands)
   return Analysis(grid, losses, thresholds, fails, best, sens, laws, diagnostics, bleu,
                   shared)
 
@@ -608,6 +702,10 @@ def _fits_json(a: Analysis) -> dict:
       "laws": [{"score": law.score, "slope": law.slope, "dims": list(law.dims),
                 "interval": [law.interval.low, law.interval.high],
                 "replicates": law.interval.replicates,
-                "replicates_with_slope": law.interval.with_slope, "reference": law.reference}
+                "replicates_with_slope": law.interval.with_slope, "reference": law.reference,
+                "bracket": None if law.bracket is None else list(law.bracket),
+                "half_width": law.half_width,
+                "band": None if law.band is None else list(law.band), "verdict": law.verdict,
+                "deciding_half_width": law.deciding_half_width}
                for law in a.laws.values()],
   }

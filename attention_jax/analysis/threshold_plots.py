@@ -163,13 +163,16 @@ def plot_heatmaps(a: th.Analysis, path: str) -> None:
 
 def plot_lr_star(a: th.Analysis, path: str) -> None:
   """lr* against d_k (log-log): filled where it enters the fit, open where
-  it is censored or provisional; each score's fitted line, and the
-  reference slopes drawn through the middle of the fitted points."""
+  it is censored or provisional, each with a bar over its grid interval
+  (the model-free bracket; the scores side by side so that equal bars stay
+  apart); each score's fitted line, and the reference slopes drawn through
+  the middle of the fitted points."""
   g = a.grid
   fig, ax = plt.subplots(figsize=(6.4, 4.6))
   fitted_all = []
-  for score in g.scores:
+  for i, score in enumerate(g.scores):
     colour = None
+    beside = 2.0 ** (0.08 * (i - (len(g.scores) - 1) / 2))  # the score's place beside d_k
     for dim in g.dims[score]:
       t = a.thresholds.get((score, dim))
       if t is None or t.lr_star is None:
@@ -177,9 +180,12 @@ def plot_lr_star(a: th.Analysis, path: str) -> None:
       style = dict(marker="o", markersize=8, linestyle="none")
       if not t.fitted:
         style.update(markerfacecolor="none")
-      line, = ax.plot([dim], [t.lr_star], color=colour, **style,
+      line, = ax.plot([dim * beside], [t.lr_star], color=colour, **style,
                       label=score if colour is None else None)
       colour = line.get_color()
+      if t.bracket is not None and t.bracket[1] is not None:
+        ax.plot([dim * beside] * 2, list(t.bracket), "-", color=colour, linewidth=3,
+                alpha=0.35, solid_capstyle="butt")
       if t.fitted:
         fitted_all.append((dim, t.lr_star))
     law = a.laws[score]
@@ -204,7 +210,7 @@ def plot_lr_star(a: th.Analysis, path: str) -> None:
   ax.set_yscale("log")
   ax.set_xticks(dims, [str(d) for d in dims])
   ax.set_xlabel("d_k")
-  ax.set_ylabel("lr* (open: censored or provisional)")
+  ax.set_ylabel("lr* (bars: its grid interval; open: censored or provisional)")
   ax.grid(alpha=0.3, which="both")
   ax.legend(fontsize=7)
   plots.save_figure(fig, path)

@@ -92,9 +92,19 @@ def threshold_table(a: th.Analysis) -> str:
       else:
         star = f"< {fmt_lr(min(a.grid.learning_rates[s]))}"
       rows.append([s, str(d), fmt_lr(t.lr_opt) if t.lr_opt else MISSING,
-                   _loss(t.loss_opt) if t.loss_opt is not None else MISSING, star,
+                   _loss(t.loss_opt) if t.loss_opt is not None else MISSING,
+                   fmt_bracket(t.bracket), star,
                    _flags(t) or ("fitted" if t.fitted else "")])
-  return _table(["score", "d_k", "lr_opt", "L(lr_opt)", "lr*", "flags"], rows)
+  return _table(["score", "d_k", "lr_opt", "L(lr_opt)", "lr* in (grid interval)",
+                 "lr* interpolated", "flags"], rows)
+
+
+def fmt_bracket(bracket: tuple[float, float | None] | None) -> str:
+  """The grid interval that holds lr*, `(3e-3, 1e-2]` (`> 1e-2` above the grid)."""
+  if bracket is None:
+    return MISSING
+  low, high = bracket
+  return f"> {fmt_lr(low)}" if high is None else f"({fmt_lr(low)}, {fmt_lr(high)}]"
 
 
 def absolute_table(a: th.Analysis) -> str:
@@ -119,19 +129,41 @@ def _signed(x: float) -> str:
   return f"{round(x, 2) + 0.0:+.2f}"
 
 
+def _range(pair: Sequence[float] | None) -> str:
+  return MISSING if pair is None or pair[0] is None else f"[{_signed(pair[0])}, {_signed(pair[1])}]"
+
+
+def _verdict(law: th.Law) -> str:
+  """The verdict, with the bracket half-width that would decide an unresolved one."""
+  if law.verdict is None:
+    return MISSING
+  if law.verdict == th.UNRESOLVED and law.band is None:
+    return f"{law.verdict} (no band registered: nothing narrower can hold)"
+  if law.verdict == th.UNRESOLVED and law.deciding_half_width is not None:
+    return (f"{law.verdict} (a half-width of {law.deciding_half_width:.2f} about the "
+            "interpolated slope would decide)")
+  return law.verdict
+
+
 def law_table(a: th.Analysis) -> str:
-  """The slope of log lr* on log d_k per score, its bootstrap interval, the
-  d_k it was fitted on and the slope the mu-P argument predicts."""
+  """The slope of log lr* on log d_k per score: its model-free bracket (every
+  lr* anywhere in its grid interval) and half-width, the interpolated point
+  estimate with its bootstrap interval over seeds (which leaves the grid's
+  resolution out), the d_k fitted, the predicted slope, the pre-registered
+  band where there is one, and the verdict (`threshold.verdict`)."""
   rows = []
   for law in a.laws.values():
-    slope = MISSING if law.slope is None else _signed(law.slope)
     b = law.interval
-    interval = MISSING if b.low is None else f"[{_signed(b.low)}, {_signed(b.high)}]"
-    rows.append([law.score, slope, interval, ", ".join(map(str, law.dims)) or MISSING,
+    rows.append([law.score, _range(law.bracket),
+                 MISSING if law.half_width is None else f"{law.half_width:.2f}",
+                 MISSING if law.slope is None else _signed(law.slope), _range((b.low, b.high)),
+                 ", ".join(map(str, law.dims)) or MISSING,
                  f"{b.with_slope:,} of {b.replicates:,}",
-                 MISSING if law.reference is None else f"{law.reference:+g}"])
-  return _table(["score", "slope", "95% interval (bootstrap over seeds)", "d_k fitted",
-                 "draws with a slope", "reference"], rows)
+                 MISSING if law.reference is None else f"{law.reference:+g}",
+                 _range(law.band) if law.band else "none registered", _verdict(law)])
+  return _table(["score", "slope bracket (grid intervals, no interpolation)", "half-width",
+                 "interpolated slope", "95% interval (bootstrap over seeds only)",
+                 "d_k fitted", "draws with a slope", "predicted", "band", "verdict"], rows)
 
 
 def sensitivity_table(a: th.Analysis) -> str:
@@ -227,8 +259,8 @@ def markdown(a: th.Analysis) -> str:
        loss_table(a)),
       ("Test BLEU (each seed at its best validation BLEU checkpoint), seed by seed",
        bleu_table(a)),
-      ("lr_opt and lr* (L reaches L(lr_opt) + ln 1.2, log-lr interpolation)",
-       threshold_table(a)),
+      ("lr_opt and lr* (L reaches L(lr_opt) + ln 1.2): its grid interval, and "
+       "log-lr interpolation inside it", threshold_table(a)),
       ("Slope of log lr* on log d_k", law_table(a)),
       ("Absolute criterion: L > L_best(d_k) + ln 1.2", absolute_table(a)),
       (f"Learning-rate sensitivity: mean of min(L, ln {g.vocab_size}) minus the best L",

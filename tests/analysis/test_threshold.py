@@ -442,12 +442,17 @@ def test_the_driver_writes_every_output_without_machine_paths(main_grid, tmp_pat
   assert value["inputs"] == {"main": os.path.relpath(main_grid, out)}
   laws = {law["score"]: law for law in value["laws"]}
   assert laws["dot"]["slope"] == pytest.approx(-1.0, abs=1e-4)
+  # lr* 8e-3, 2e-3, 5e-4 in (3e-3, 1e-2], (1e-3, 3e-3], (3e-4, 1e-3]: slopes from
+  # log(3e-4 / 1e-2) / log 16 to log(1e-3 / 3e-3) / log 16, containing -1.
+  assert laws["dot"]["bracket"] == pytest.approx([math.log(3e-2) / math.log(16),
+                                                  math.log(1 / 3) / math.log(16)])
+  assert laws["dot"]["verdict"] == th.UNRESOLVED and laws["dot"]["band"] is None
   assert value["provenance"] == [{"commit": "c0ffee", "dirty": False, "versions": {"jax": "9.9"},
                                   "platform": "cpu", "device_kind": "Test CPU", "xla_flags": "",
                                   "rows": len(value["records"])}]
   assert len(value["cells"]) == 36 and value["missing"] == []
   text = (out / "lr_threshold.md").read_text()
-  assert "| dot | 64 | 1e-3 | 2.000 | 2e-3 | fitted |" in text
+  assert "| dot | 64 | 1e-3 | 2.000 | (1e-3, 3e-3] | 2e-3 | fitted |" in text
 
 
 def test_a_report_kept_in_a_clean_checkout_is_not_called_dirty(main_grid, tmp_path,
