@@ -44,12 +44,35 @@ from attention_jax.attention import MaskStructure, attend, attention, select_imp
 from attention_jax import registry
 from attention_jax import score_kinds
 
-__all__ = ["SCORES", "GLOROT", "check_score", "Attention", "MultiHeadAttention", "KVCache",
-           "dropout_key", "beams_as_queries"]
+__all__ = ["SCORES", "GLOROT", "QK_INITS", "check_score", "Attention", "MultiHeadAttention",
+           "KVCache", "dropout_key", "beams_as_queries"]
 
 SCORES = registry.LAYER_SCORES
 
 GLOROT = score_kinds.GLOROT
+
+# LeCun normal: variance 1 / fan_in, so a projection of inputs whose
+# coordinates have mean square 1 has outputs of variance 1 whatever its
+# fan_out (Glorot's 2 / (fan_in + fan_out) shrinks them as H·d_k grows).
+LECUN = nnx.initializers.lecun_normal()
+
+# The initialisers of `MultiHeadAttention`'s query and key projection kernels
+# W^Q, W^K by name (`qk_init`): (query, key). Their biases start at zero and
+# every other parameter keeps its own initialiser under each.
+#   glorot      Glorot uniform, as every projection of the library.
+#   premise     LeCun normal: on inputs of unit mean square (a LayerNorm's
+#               output) every q and k coordinate has variance ~1 at any d_k,
+#               so the unscaled q·k has std ~√d_k: the premise of Vaswani
+#               et al.'s footnote 4, true at step 0.
+#   zero_query  W^Q zeros (muP): q = the zero bias = 0, so every logit starts
+#               at 0 whatever d_k; W^K LeCun normal as under premise. Not
+#               both zero: each one's gradient goes through the other's
+#               output (dL/dW^Q through k), so neither would ever move.
+QK_INITS = {
+    "glorot": (GLOROT, GLOROT),
+    "premise": (LECUN, LECUN),
+    "zero_query": (nnx.initializers.zeros_init(), LECUN),
+}
 
 
 def dense(layer: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
@@ -264,7 +287,7 @@ class KVCache:
 
 
 def _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
-                 score, max_length) -> registry.Score:
+                 score, max_length, qk_init) -> registry.Score:
   """The registry entry of `score` once the arguments of a
   `MultiHeadAttention` are valid; a ValueError naming the first that is not."""
   spec = registry.get(score)
@@ -279,21 +302,25 @@ def _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
     raise ValueError(f"`dropout_rate` must be in [0, 1), got {dropout_rate}.")
   if spec.needs_length and not max_length:
     raise ValueError(f"score {score!r} needs `max_length` (> 0).")
+  if qk_init not in QK_INITS:
+    raise ValueError(f"`qk_init` must be one of {tuple(QK_INITS)}, got {qk_init!r}.")
   return spec
 
 
 class MultiHeadAttention(nnx.Module):
   """Multi-head attention `Concat(head_1..head_h) W^O` with any score per head:
   `head_i = Attention_score(x_q W^Q_i, x_kv W^K_i, x_kv W^V_i)`, each projection
-  one `D x H·d` Linear for all heads (bias, Glorot), plus the score's own
-  parameters (`registry.Score.mha`). Decoding: `init_cache`, then `decode_step`
-  writes one step's keys and values into the `KVCache` and attends the prefix."""
+  one `D x H·d` Linear for all heads (bias, Glorot; W^Q and W^K as `qk_init`
+  names, `QK_INITS`), plus the score's own parameters (`registry.Score.mha`).
+  Decoding: `init_cache`, then `decode_step` writes one step's keys and values
+  into the `KVCache` and attends the prefix."""
 
   def __init__(self, num_heads: int, in_features: int, *,
                kv_features: int | None = None, qk_features: int | None = None,
                v_features: int | None = None, out_features: int | None = None,
                score: str = "scaled_dot", dropout_rate: float = 0.0,
                max_length: int | None = None, use_bias: bool = True,
+               qk_init: str = "glorot",
                dtype: Any = None, param_dtype: Any = jnp.float32,
                rngs: nnx.Rngs):
     """Args:
@@ -304,21 +331,24 @@ class MultiHeadAttention(nnx.Module):
       score: a name from `SCORES`; max_length: the longest key axis (for the
         scores that `needs_length`: `location`, `qk_norm`).
       dropout_rate / use_bias: dropout on the weights; bias in every projection.
+      qk_init: the initialisers of the query and key kernels, a name in
+        `QK_INITS` ('glorot', 'premise', 'zero_query'); the value and output
+        projections are Glorot under each.
       dtype / param_dtype / rngs: compute and parameter dtypes, initialisation.
     """
     spec = _check_heads(num_heads, in_features, qk_features, v_features, dropout_rate,
-                        score, max_length)
+                        score, max_length, qk_init)
     self.num_heads, self.score, self.spec = num_heads, score, spec
     self.qk_features = qk_features or in_features // num_heads
     self.v_features = v_features or in_features // num_heads
     self.dropout_rate, self.max_length, self.dtype = dropout_rate, max_length, dtype
     h, dk, dv = num_heads, self.qk_features, self.v_features
-    linear = dict(use_bias=use_bias, kernel_init=GLOROT, dtype=dtype,
-                  param_dtype=param_dtype, rngs=rngs)
-    self.query = nnx.Linear(in_features, h * dk, **linear)
-    self.key = nnx.Linear(kv_features or in_features, h * dk, **linear)
-    self.value = nnx.Linear(kv_features or in_features, h * dv, **linear)
-    self.out = nnx.Linear(h * dv, out_features or in_features, **linear)
+    linear = dict(use_bias=use_bias, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+    query_init, key_init = QK_INITS[qk_init]
+    self.query = nnx.Linear(in_features, h * dk, kernel_init=query_init, **linear)
+    self.key = nnx.Linear(kv_features or in_features, h * dk, kernel_init=key_init, **linear)
+    self.value = nnx.Linear(kv_features or in_features, h * dv, kernel_init=GLOROT, **linear)
+    self.out = nnx.Linear(h * dv, out_features or in_features, kernel_init=GLOROT, **linear)
     self.score_params = _add_score_params(self, spec.mha, score_kinds.Dims(
         dk, dk, dk, max_length, h, dtype, param_dtype), rngs)
     self.dropout = nnx.Dropout(dropout_rate)

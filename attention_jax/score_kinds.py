@@ -39,7 +39,8 @@ from attention_jax import scores as scores_lib
 
 __all__ = ["GLOROT", "Dims", "Form", "DotProduct", "no_params", "per_head"]
 
-# Glorot/Xavier uniform: the initialiser of every projection in the library.
+# Glorot/Xavier uniform: the initialiser of every projection in the library
+# (by default also of the multi-head query/key kernels: `layers.QK_INITS`).
 GLOROT = nnx.initializers.xavier_uniform()
 
 

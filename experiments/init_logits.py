@@ -141,6 +141,11 @@ class Settings:
   seed: int = 0
   premise_passes: int = 2
   max_block_gb: float = 4.0
+  # The Transformer as a grid trains it: its LayerNorm placement and the
+  # initialisation of W_Q, W_K (`--qk_init`, the trainer's own); init `default`
+  # is then that model as built.
+  layer_norm: str = "post"
+  qk_init: str = "glorot"
 
   def __post_init__(self):
     for name in ("batches", "d_model", "num_heads", "d_ff", "encoder_layers",
@@ -191,7 +196,8 @@ def experiment_config(settings: Settings, model: str) -> config_lib.ExperimentCo
   if model == "transformer":
     common.update(hidden_dim=settings.d_model, num_heads=settings.num_heads,
                   ff_dim=settings.d_ff, encoder_layers=settings.encoder_layers,
-                  decoder_layers=settings.decoder_layers)
+                  decoder_layers=settings.decoder_layers, layer_norm=settings.layer_norm,
+                  qk_init=settings.qk_init)
   return config_lib.from_preset("quick", **common)
 
 
@@ -322,6 +328,11 @@ def define_flags() -> None:
   flags.DEFINE_integer("batch_size", defaults.batch_size, "Sentences per batch.")
   flags.DEFINE_integer("data_seed", defaults.data_seed, "Shuffling seed of the training stream.")
   flags.DEFINE_integer("seed", defaults.seed, "Model initialisation seedefaults.")
+  flags.DEFINE_string("layer_norm", defaults.layer_norm, "Transformer LayerNorm placement: "
+                      "post or pre (the trainer's --layer_norm).")
+  flags.DEFINE_string("qk_init", defaults.qk_init, "Transformer W_Q, W_K initialisation as "
+                      "built (the trainer's --qk_init): glorot, premise or zero_query; init "
+                      "'default' measures that model.")
   flags.DEFINE_integer("premise_passes", defaults.premise_passes,
                        "Measure-and-rescale passes of the premise initialisation.")
   flags.DEFINE_float("max_block_gb", defaults.max_block_gb,
@@ -351,7 +362,8 @@ def settings_from_flags() -> Settings:
       encoder_layers=FLAGS.encoder_layers, decoder_layers=FLAGS.decoder_layers,
       dataset=FLAGS.dataset, vocab_size=FLAGS.vocab_size, max_length=FLAGS.max_length,
       batch_size=FLAGS.batch_size, data_seed=FLAGS.data_seed, seed=FLAGS.seed,
-      premise_passes=FLAGS.premise_passes, max_block_gb=FLAGS.max_block_gb)
+      premise_passes=FLAGS.premise_passes, max_block_gb=FLAGS.max_block_gb,
+      layer_norm=FLAGS.layer_norm, qk_init=FLAGS.qk_init)
 
 
 def load_data(settings: Settings):

@@ -42,6 +42,13 @@ def define_flags() -> None:
                       "score in --main, one layer norm).")
   flags.DEFINE_string("layer_norm", "", "post or pre: the layer norm the grid was trained "
                       "with (default the preset's).")
+  flags.DEFINE_string("fine", "", "transformer_lr_cpu: the workdir of its refinement (dot "
+                      "and scaled_dot at the premise preset's GLOROT_FINE_RATES), read with "
+                      "--main as one grid and judged with the premise preset's bands.")
+  flags.DEFINE_bool("plan", False, "transformer_lr_premise_cpu: print the runs its adaptive "
+                    "rule asks for next, a line per (score, d_k): 'SCORE DIM RATE,RATE,...' "
+                    "(every extra rate of that pair, the new ones included), and write "
+                    "nothing.")
 
 
 def path_problem(main: str | None, controls: str, out: str | None) -> str | None:
@@ -80,15 +87,32 @@ def grid_problem(flag: str, path: str, cfg, learning_rates) -> str | None:
           f"like {points[0].name}/); is it that grid's workdir?")
 
 
-def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_norm: str = ""):
+PREMISE = "transformer_lr_premise_cpu"
+
+
+def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_norm: str = "",
+         fine: str = ""):
   """(the analysis of the grids of `preset` (`threshold.preset_grids`),
   {grid name: its workdir}); a ValueError of one line names a bad flag,
-  workdir or file."""
+  workdir or file. The premise preset's grid is read from its two parts
+  (`threshold.read_premise`) and judged with its bands; `fine`, the
+  transformer_lr_cpu grid's refinement, joins --main and brings the same
+  bands."""
   from attention_jax.analysis import threshold as th  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep.presets import transformer_lr_premise_cpu as premise  # pylint: disable=g-import-not-at-top
   plans = th.preset_grids(preset, layer_norm or None)
   if controls and "controls" not in plans:
     raise ValueError(f"--controls: the {preset} grid has every score in --main; give no "
                      "--controls.")
+  if fine and preset != "transformer_lr_cpu":
+    raise ValueError(f"--fine: only the transformer_lr_cpu grid has a refinement, not {preset}.")
+  if preset == PREMISE:
+    cfg, rates = plans["main"]
+    problem = grid_problem("--main", os.path.join(main, th.COARSE), cfg, rates)
+    if problem:
+      raise ValueError(problem.replace(repr(os.path.join(main, th.COARSE)), repr(main), 1)
+                       + f" (its coarse grid in {th.COARSE}/)")
+    return th.analyse(th.read_premise(main, cfg), bands=premise.BANDS), {"main": main}
   given = {"main": ("--main", main), "controls": ("--controls", controls)}
   inputs = {name: flag_path for name, flag_path in given.items() if flag_path[1]}
   for name, (flag, path) in inputs.items():
@@ -96,7 +120,30 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
     if problem:
       raise ValueError(problem)
   grids = [th.read_grid(path, *plans[name]) for name, (_, path) in inputs.items()]
-  return th.analyse(th.merge(grids)), {name: path for name, (_, path) in inputs.items()}
+  if fine:
+    if not os.path.isdir(fine):
+      raise ValueError(f"--fine: no folder {fine!r}.")
+    cfg, _ = plans["main"]
+    grids[0] = th.union([grids[0], th.read_grid(fine, cfg, premise.GLOROT_FINE_RATES)])
+    inputs["fine"] = ("--fine", fine)
+  bands = premise.BANDS if fine else None
+  return (th.analyse(th.merge(grids), bands=bands),
+          {name: path for name, (_, path) in inputs.items()})
+
+
+def plan_lines(analysis) -> list[str]:
+  """The premise grid's next runs (`threshold.plan_next`), a line per
+  (score, d_k): its score, d_k and every extra rate (planned beyond the
+  coarse ones, the new included), which commands.sh passes to --sweep."""
+  from attention_jax.analysis import threshold as th  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep.presets import transformer_lr_premise_cpu as premise  # pylint: disable=g-import-not-at-top
+  lines = []
+  for (score, dim), new in sorted(th.plan_next(analysis).items()):
+    planned = set(analysis.grid.planned(score, dim)) | set(new)
+    extra = sorted(lr for lr in planned
+                   if not any(abs(lr - c) <= 1e-9 * c for c in premise.COARSE_RATES))
+    lines.append(f"{score} {dim} {','.join(repr(lr) for lr in extra)}")
+  return lines
 
 
 def write(analysis, inputs: dict[str, str], out: str) -> list[str]:
@@ -121,13 +168,20 @@ def write(analysis, inputs: dict[str, str], out: str) -> list[str]:
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
-  problem = path_problem(FLAGS.main, FLAGS.controls, FLAGS.out)
+  # --plan writes nothing: any folder stands in for --out.
+  problem = path_problem(FLAGS.main, FLAGS.controls, os.curdir if FLAGS.plan else FLAGS.out)
   if problem:
     sys.exit(f"error: {problem}")
+  if FLAGS.plan and FLAGS.preset != PREMISE:
+    sys.exit(f"error: --plan: only the {PREMISE} grid is adaptive, not {FLAGS.preset}.")
   try:
-    analysis, inputs = read(FLAGS.main, FLAGS.controls, FLAGS.preset, FLAGS.layer_norm)
+    analysis, inputs = read(FLAGS.main, FLAGS.controls, FLAGS.preset, FLAGS.layer_norm,
+                            FLAGS.fine)
   except ValueError as e:
     sys.exit(f"error: {e}")
+  if FLAGS.plan:
+    print("\n".join(plan_lines(analysis)))
+    return
   written = write(analysis, inputs, FLAGS.out)
   print(f"wrote {', '.join(written)} into {FLAGS.out}")
 

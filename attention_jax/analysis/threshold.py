@@ -81,6 +81,7 @@ from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir as workdir_lib
 from attention_jax.sweep.presets import transformer_lr
 from attention_jax.sweep.presets import transformer_lr_cpu
+from attention_jax.sweep.presets import transformer_lr_premise_cpu as premise
 from attention_jax.training import provenance as provenance_lib
 from attention_jax.training import run_folder
 from attention_jax.training.metrics_log import MetricsLog
@@ -94,6 +95,11 @@ MOMENTS = ("step100", "last")
 BOOTSTRAP_REPLICATES = 2000
 BOOTSTRAP_SEED = 0
 INTERVAL = (2.5, 97.5)  # percentiles: a 95% interval
+# The attention rule (the `transformer_lr_premise_cpu` preset's docstring):
+# a cell saturates when, at the last step, some self-attention layer has more
+# than this share of its query rows over 0.99 on one key (mean over seeds).
+SATURATED_SHARE = premise.SATURATED_SHARE
+SATURATION_KEY = "saturated_self_last"
 # The slope the mu-P argument for Adam predicts per score (the preset's docstring).
 REFERENCE_SLOPES = {"dot": -1.0, "scaled_dot": -0.5, "inverse_dim": 0.0, "qk_norm": 0.0}
 # Provenance fields kept in the outputs: the command is left out, since it
@@ -138,10 +144,19 @@ class Grid:
   dims: Mapping[str, tuple[int, ...]]  # score -> its planned d_k
   vocab_size: int
   steps: int
+  # (score, d_k) -> its planned learning rates, where they differ from the
+  # score's (an adaptive grid: `plan_next`); `learning_rates` is then their union.
+  cell_rates: Mapping[tuple[str, int], tuple[float, ...]] | None = None
 
   @property
   def scores(self) -> tuple[str, ...]:
     return tuple(self.learning_rates)
+
+  def planned(self, score: str, dim: int) -> tuple[float, ...]:
+    """The learning rates planned for (score, d_k), ascending."""
+    if self.cell_rates and (score, dim) in self.cell_rates:
+      return tuple(sorted(self.cell_rates[(score, dim)]))
+    return tuple(self.learning_rates[score])
 
 
 def diagnostic_key(stat: str, kind: str, moment: str) -> str:
@@ -202,6 +217,41 @@ def _checked(run: run_folder.RunDir, cfg: config_lib.ExperimentConfig,
   if other_steps is not None:
     raise ValueError(f"{run.config} records a run of {other_steps} steps, not the grid's "
                      f"{cfg.steps}; it is not a run of this grid.")
+
+
+def union(grids: Sequence[Grid]) -> Grid:
+  """One grid of several workdirs that may share scores and d_k (an
+  adaptive grid's stages, or a grid and its refinement at more learning
+  rates): each (score, d_k) plans the union of the rates the grids plan for
+  it. They must share the vocabulary and the number of steps, and no cell
+  may be known in two of them (a ValueError names it)."""
+  first = grids[0]
+  for g in grids[1:]:
+    if (g.vocab_size, g.steps) != (first.vocab_size, first.steps):
+      raise ValueError(f"grids of {first.vocab_size} and {g.vocab_size} pieces, "
+                       f"{first.steps} and {g.steps} steps cannot be analysed together.")
+  seen, records = set(), []
+  for g in grids:
+    for r in g.records:
+      if (r.cell, r.seed) in seen:
+        raise ValueError(f"{r.score} at d_k {r.dim}, learning rate {r.lr:g}, seed {r.seed} "
+                         "is in two of the grids read together.")
+      seen.add((r.cell, r.seed))
+      records.append(r)
+  rates: dict[tuple[str, int], set[float]] = {}
+  for g in grids:
+    for score in g.scores:
+      for dim in g.dims[score]:
+        rates.setdefault((score, dim), set()).update(g.planned(score, dim))
+  known = {r.cell for r in records}
+  missing = tuple(dict.fromkeys(c for g in grids for c in g.missing if c not in known))
+  scores = tuple(dict.fromkeys(s for g in grids for s in g.scores))
+  return Grid(tuple(records), missing,
+              {s: tuple(sorted({lr for (t, _), v in rates.items() if t == s for lr in v}))
+               for s in scores},
+              {s: tuple(sorted({d for (t, d) in rates if t == s})) for s in scores},
+              first.vocab_size, first.steps,
+              {cell: tuple(sorted(v)) for cell, v in rates.items()})
 
 
 def members_config(cfg: config_lib.ExperimentConfig,
@@ -282,7 +332,7 @@ def merge(grids: Sequence[Grid]) -> Grid:
 
 
 # The presets whose grids this analysis reads (`preset_grids`).
-PRESETS = ("transformer_lr_cpu", "transformer_lr")
+PRESETS = ("transformer_lr_cpu", "transformer_lr", "transformer_lr_premise_cpu")
 
 
 def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = None
@@ -304,9 +354,98 @@ def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = No
       raise ValueError(f"--layer_norm: {e}") from None
   if preset == "transformer_lr":
     return {"main": (cfg, transformer_lr.LEARNING_RATES)}
+  if preset == "transformer_lr_premise_cpu":
+    return {"main": (cfg, premise.COARSE_RATES)}
   return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),
           "controls": (cfg.replace(arms=("inverse_dim", "qk_norm"), baseline="inverse_dim"),
                        transformer_lr_cpu.CONTROL_LEARNING_RATES)}
+
+
+# --- the adaptive grid of `transformer_lr_premise_cpu` ------------------------------
+COARSE, EXTRA = "coarse", "extra"  # its workdir's two parts (results/.../commands.sh)
+
+
+def extra_name(score: str, dim: int) -> str:
+  """The workdir, under EXTRA, of the runs stages 2 and 3 add to (score, d_k)."""
+  return f"{score}_d{dim}"
+
+
+def point_rates(path: str) -> tuple[float, ...]:
+  """The learning rates of a `--sweep=learning_rate=...` workdir's point folders."""
+  prefix = f"{AXIS}="
+  rates = []
+  for name in sorted(os.listdir(path)) if os.path.isdir(path) else ():
+    if name.startswith(prefix) and os.path.isdir(os.path.join(path, name)):
+      try:
+        rates.append(float(name[len(prefix):]))
+      except ValueError:
+        raise ValueError(f"{os.path.join(path, name)}: not a learning rate's folder.") from None
+  return tuple(sorted(rates))
+
+
+def read_premise(path: str, cfg: config_lib.ExperimentConfig) -> Grid:
+  """The adaptive grid of `transformer_lr_premise_cpu` in the workdir `path`:
+  its coarse `--sweep` grid (COARSE) and, per (score, d_k), the workdir of
+  the rates stages 2 and 3 added (EXTRA/<score>_d<dim>), read as one grid
+  whose cells plan their own rates (`union`). A folder under EXTRA that
+  names no (score, d_k) of the plan is a ValueError naming it."""
+  grids = [read_grid(os.path.join(path, COARSE), cfg, premise.COARSE_RATES)]
+  extra = os.path.join(path, EXTRA)
+  names = {extra_name(a, d): (a, d) for a in cfg.arms for d in cfg.dims}
+  for name in sorted(os.listdir(extra)) if os.path.isdir(extra) else ():
+    if name not in names:
+      raise ValueError(f"{os.path.join(extra, name)}: no (score, d_k) of the plan is called "
+                       f"{name!r}; expected one of {', '.join(sorted(names))}.")
+    rates = point_rates(os.path.join(extra, name))
+    if rates:
+      score, dim = names[name]
+      grids.append(read_grid(os.path.join(extra, name),
+                             cfg.replace(arms=(score,), dims=(dim,)), rates))
+  return union(grids)
+
+
+def ladder_index(lr: float, ladder: Sequence[float] = premise.LADDER) -> int:
+  """The place of `lr` on the ladder; a ValueError for a rate not on it."""
+  for i, rung in enumerate(ladder):
+    if math.isclose(lr, rung, rel_tol=1e-6):
+      return i
+  raise ValueError(f"learning rate {lr:g} is not on the ladder ({', '.join(map(str, ladder))}).")
+
+
+def plan_next(a: Analysis, ladder: Sequence[float] = premise.LADDER
+              ) -> dict[tuple[str, int], tuple[float, ...]]:
+  """The rates the adaptive rule asks for next (the preset's docstring,
+  stages 2 and 3), per (score, d_k), none of them planned yet. A curve with
+  a planned rate not yet known asks for nothing: its runs are under way.
+  Stage 2 first: a half-decade below where lr_opt is the curve's lowest
+  rate (or no L is finite), above where L never reaches the target, within
+  the ladder. Else stage 3: the ladder's middle rate of each grid interval
+  of lr* and of lr_att wider than one step."""
+  out = {}
+  g = a.grid
+  for score in g.scores:
+    for dim in g.dims[score]:
+      planned = g.planned(score, dim)
+      t, att = a.thresholds.get((score, dim)), a.attention.get((score, dim))
+      if t is None or not t.complete or any(Cell(score, dim, lr) in g.missing for lr in planned):
+        continue
+      places = [ladder_index(lr, ladder) for lr in planned]
+      new = set()
+      if (t.lowest or t.nowhere) and min(places) > 0:
+        new.add(ladder[max(min(places) - 2, 0)])
+      if t.above and max(places) < len(ladder) - 1:
+        new.add(ladder[min(max(places) + 2, len(ladder) - 1)])
+      if not new:
+        for low, high in (t.bracket or (None, None), att.bracket if att else (None, None)):
+          if low is None or high is None:
+            continue
+          i, j = ladder_index(low, ladder), ladder_index(high, ladder)
+          if j - i > 1:
+            new.add(ladder[(i + j) // 2])
+      new -= set(planned)
+      if new:
+        out[(score, dim)] = tuple(sorted(new))
+  return out
 
 
 # --- numbers ------------------------------------------------------------------
@@ -454,26 +593,63 @@ def fit_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float]]:
 
 def slope_bracket(intervals: Sequence[tuple[int, float, float]]) -> tuple[float, float] | None:
   """The model-free bracket of the slope: the smallest and largest
-  least-squares slope of log lr* on log d_k over every choice of each lr*
-  inside its grid interval ((d_k, low, high) `intervals`), no interpolation.
-  The slope is linear in the log lr*, so each extreme takes every lr* at an
+  least-squares slope of log lr on log d_k over every choice of each lr
+  inside its grid interval ((d_k, low, high) `intervals`; low 0 or high inf
+  for an interval open below or above: a censored cell), no interpolation.
+  The slope is linear in the log lr, so each extreme takes every lr at an
   end of its interval (for the largest: the high end where log d_k is above
-  its mean, the low end below it). None with fewer than two distinct d_k."""
+  its mean, the low end below it); a d_k at the mean weighs nothing. None
+  with fewer than two distinct d_k bounded on some side."""
+  intervals = [(d, lo, hi) for d, lo, hi in intervals if lo > 0 or hi < math.inf]
   if len({d for d, _, _ in intervals}) < 2:
     return None
   x = np.log([d for d, _, _ in intervals])
   x = x - x.mean()
-  low, high = np.log([lo for _, lo, _ in intervals]), np.log([hi for _, _, hi in intervals])
-  norm = np.sum(x * x)
-  smallest = np.sum(x * np.where(x > 0, low, high)) / norm
-  largest = np.sum(x * np.where(x > 0, high, low)) / norm
-  return float(smallest), float(largest)
+  norm = float(np.sum(x * x))
+  tiny = 1e-9 * float(np.max(np.abs(x)))
+
+  def extreme(high_above_mean: bool) -> float:
+    total = 0.0
+    for xi, (_, lo, hi) in zip(x, intervals):
+      if abs(xi) <= tiny:
+        continue  # the slope does not depend on it
+      end = hi if (xi > 0) == high_above_mean else lo
+      total += xi * (math.log(end) if 0 < end < math.inf else -math.inf if end == 0 else math.inf)
+    return total / norm
+
+  return extreme(False), extreme(True)
 
 
-def bracket_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float, float]]:
-  """(d_k, low, high) of the grid interval of every d_k that enters the fit."""
-  return [(d, *t.bracket) for d, t in sorted(thresholds.items())
-          if t.fitted and t.bracket is not None and t.bracket[1] is not None]
+def loss_interval(t: Threshold) -> tuple[float, float] | None:
+  """The grid interval of lr* as the slope bracket takes it: open above
+  (high inf) where lr* is above the grid; open below (low 0) where lr_opt
+  is the grid's lowest, since the failure may begin lower; None where the
+  curve is incomplete or has no finite L."""
+  if not t.complete or t.bracket is None:
+    return None
+  low, high = t.bracket
+  return (0.0 if t.lowest else low, math.inf if high is None else high)
+
+
+def attention_interval(t: AttentionThreshold) -> tuple[float, float] | None:
+  """The grid interval of lr_att as the slope bracket takes it (open below
+  or above where censored); None where the curve is incomplete."""
+  if not t.complete:
+    return None
+  low, high = t.bracket
+  return (0.0 if low is None else low, math.inf if high is None else high)
+
+
+def intervals_of(thresholds: Mapping[int, Threshold | AttentionThreshold]
+                 ) -> list[tuple[int, float, float]]:
+  """(d_k, low, high) of every d_k whose interval is known, by d_k."""
+  out = []
+  for d, t in sorted(thresholds.items()):
+    interval = (attention_interval(t) if isinstance(t, AttentionThreshold)
+                else loss_interval(t))
+    if interval is not None:
+      out.append((d, *interval))
+  return out
 
 
 HOLDS, FAILS, UNRESOLVED = "holds", "fails", "not resolved by this grid"
@@ -517,25 +693,29 @@ class Bootstrap:
   with_slope: int  # replicates with at least two uncensored d_k
 
 
-def bootstrap_slope(losses: Mapping[tuple[int, float], np.ndarray], planned: Sequence[float],
+def bootstrap_slope(losses: Mapping[tuple[int, float], np.ndarray],
+                    planned: Sequence[float] | Mapping[int, Sequence[float]],
                     margin: float = FAILURE_MARGIN, replicates: int = BOOTSTRAP_REPLICATES,
                     seed: int = BOOTSTRAP_SEED) -> Bootstrap:
   """The percentile interval (`INTERVAL`) of the slope of one score over
   `replicates` draws, each cell's seed losses (`losses[(d_k, lr)]`) drawn
-  with replacement from a generator seeded with `seed`. Only d_k whose curve
-  has every planned learning rate take part, as in the point estimate."""
+  with replacement from a generator seeded with `seed`. `planned`: the
+  learning rates of every d_k, or a mapping d_k -> its own. Only d_k whose
+  curve has every planned learning rate take part, as in the point estimate."""
   rng = np.random.default_rng(seed)
   dims = sorted({d for d, _ in losses})
-  dims = [d for d in dims if all((d, lr) in losses for lr in planned)]
+  rates = {d: tuple(sorted(planned[d] if isinstance(planned, Mapping) else planned))
+           for d in dims if not isinstance(planned, Mapping) or d in planned}
+  dims = [d for d in rates if all((d, lr) in losses for lr in rates[d])]
   means = {}
   for d in dims:
-    for lr in sorted(planned):
+    for lr in rates[d]:
       values = losses[(d, lr)]
       draws = rng.integers(0, values.size, size=(replicates, values.size))
       means[(d, lr)] = values[draws].mean(axis=1)
   slopes = []
   for b in range(replicates):
-    per_dim = {d: threshold([(lr, means[(d, lr)][b]) for lr in planned], planned, margin)
+    per_dim = {d: threshold([(lr, means[(d, lr)][b]) for lr in rates[d]], rates[d], margin)
                for d in dims}
     s = slope(fit_points(per_dim))
     if s is not None:
@@ -544,6 +724,49 @@ def bootstrap_slope(losses: Mapping[tuple[int, float], np.ndarray], planned: Seq
     return Bootstrap(None, None, replicates, 0)
   low, high = np.percentile(slopes, INTERVAL)
   return Bootstrap(float(low), float(high), replicates, len(slopes))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionThreshold:
+  """lr_att of one (score, d_k) curve: the lowest learning rate whose cell
+  saturates (`cell_saturates`), and its grid interval (the rate below it,
+  lr_att]; `below`: the lowest rate saturates already, `above`: none does."""
+  lr_att: float | None
+  bracket: tuple[float | None, float | None]
+  below: bool = False
+  above: bool = False
+  complete: bool = True  # every planned rate's saturation is known
+
+  @property
+  def fitted(self) -> bool:
+    return self.complete and not (self.below or self.above)
+
+
+def cell_saturates(records: Sequence[Record], share: float = SATURATED_SHARE) -> bool | None:
+  """Whether a cell's self attention saturates at the last step by the
+  attention rule: the mean over its seeds of the largest saturated share
+  over self-attention layers above `share`, a diverged seed counting as
+  saturated (share 1); None where a seed that did not diverge logged none."""
+  values = []
+  for r in records:
+    value = 1.0 if r.diverged else r.diagnostics.get(SATURATION_KEY)
+    if value is None:
+      return None
+    values.append(value)
+  return bool(values) and float(np.mean(values)) > share
+
+
+def attention_threshold(points: Sequence[tuple[float, bool | None]],
+                        planned: Sequence[float]) -> AttentionThreshold:
+  """lr_att from (lr, saturates) `points` of one curve (None: not known)."""
+  known = sorted((lr, v) for lr, v in points if v is not None)
+  complete = set(planned) <= {lr for lr, _ in known}
+  below = None
+  for lr, saturates in known:
+    if saturates:
+      return AttentionThreshold(lr, (below, lr), below=below is None, complete=complete)
+    below = lr
+  return AttentionThreshold(None, (below, None), above=True, complete=complete)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -581,6 +804,10 @@ class Analysis:
   # The same analysis on the learning rates every score ran, where the scores'
   # plans differ and share at least two rates (the module's docstring); else None.
   shared: Analysis | None = None
+  # The attention rule beside the loss rule: lr_att per (score, d_k), and its
+  # law per score (a bracket and a verdict; no interpolation, so no point).
+  attention: dict[tuple[str, int], AttentionThreshold] = dataclasses.field(default_factory=dict)
+  attention_laws: dict[str, Law] = dataclasses.field(default_factory=dict)
 
 
 def _mean_known(values: Iterable[float | None]) -> float | None:
@@ -599,17 +826,17 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
   ln_vocab = math.log(grid.vocab_size)
   thresholds, sens, laws = {}, {}, {}
   for score in grid.scores:
-    planned = grid.learning_rates[score]
+    planned = {dim: grid.planned(score, dim) for dim in grid.dims[score]}
     for dim in grid.dims[score]:
       curve = curve_of(losses, score, dim)
       if curve:
-        thresholds[(score, dim)] = threshold(curve, planned, margin)
+        thresholds[(score, dim)] = threshold(curve, planned[dim], margin)
         sens[(score, dim)] = sensitivity([v for _, v in curve], ln_vocab)
     own = {d: t for (s, d), t in thresholds.items() if s == score}
     points = fit_points(own)
     mine = {(c.dim, c.lr): v for c, v in per_seed.items() if c.score == score}
     point, reference = slope(points), REFERENCE_SLOPES.get(score)
-    bracket, band = slope_bracket(bracket_points(own)), (bands or {}).get(score)
+    bracket, band = slope_bracket(intervals_of(own)), (bands or {}).get(score)
     said = verdict(bracket, reference, band)
     laws[score] = Law(score, point, tuple(d for d, _ in points),
                       bootstrap_slope(mine, planned, margin, replicates), reference,
@@ -618,6 +845,21 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
                       else None)
   fails, best = absolute_failures(losses, margin)
   by_cell = records_by_cell(grid.records)
+  attention, attention_laws = {}, {}
+  for score in grid.scores:
+    own = {}
+    for dim in grid.dims[score]:
+      rates = grid.planned(score, dim)
+      points = [(lr, cell_saturates(by_cell[Cell(score, dim, lr)])) for lr in rates
+                if Cell(score, dim, lr) in by_cell]
+      if points:
+        own[dim] = attention[(score, dim)] = attention_threshold(points, rates)
+    intervals = intervals_of(own)
+    reference, band = REFERENCE_SLOPES.get(score), (bands or {}).get(score)
+    bracket = slope_bracket(intervals)
+    said = verdict(bracket, reference, band)
+    attention_laws[score] = Law(score, None, tuple(d for d, *_ in intervals),
+                                Bootstrap(None, None, 0, 0), reference, bracket, band, said)
   diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
                      for k in rs[0].diagnostics} for c, rs in by_cell.items()}
   bleu = {c: _mean_known(r.test_bleu for r in rs) for c, rs in by_cell.items()}
@@ -626,7 +868,7 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
   if len(rates) >= 2 and any(len(v) > len(rates) for v in grid.learning_rates.values()):
     shared = analyse(on_rates(grid, rates), margin, replicates, bands)
   return Analysis(grid, losses, thresholds, fails, best, sens, laws, diagnostics, bleu,
-                  shared)
+                  shared, attention, attention_laws)
 
 
 def run_clocks(records: Iterable[Record]) -> dict[str, dict]:
@@ -667,6 +909,7 @@ def as_json(a: Analysis) -> dict:
   g = a.grid
   return {
       "rule": {"failure_margin": FAILURE_MARGIN, "early_step": EARLY_STEP,
+               "saturated_share": SATURATED_SHARE,
                "last_step": g.steps, "vocab_size": g.vocab_size,
                "bootstrap": {"replicates": BOOTSTRAP_REPLICATES, "rng_seed": BOOTSTRAP_SEED,
                              "percentiles": list(INTERVAL)}},
@@ -691,21 +934,35 @@ def as_json(a: Analysis) -> dict:
   }
 
 
+def _finite(x: float | None) -> float | None:
+  """`x`, or None where it is not finite (an open bracket's end)."""
+  return x if x is not None and math.isfinite(x) else None
+
+
+def _law_json(law: Law) -> dict:
+  return {"score": law.score, "slope": law.slope, "dims": list(law.dims),
+          "interval": [law.interval.low, law.interval.high],
+          "replicates": law.interval.replicates,
+          "replicates_with_slope": law.interval.with_slope, "reference": law.reference,
+          "bracket": None if law.bracket is None else [_finite(v) for v in law.bracket],
+          "half_width": _finite(law.half_width),
+          "band": None if law.band is None else list(law.band), "verdict": law.verdict,
+          "deciding_half_width": law.deciding_half_width}
+
+
 def _fits_json(a: Analysis) -> dict:
-  """lr* per (score, d_k), the sensitivities and the laws of `a`."""
+  """lr* per (score, d_k), the sensitivities and the laws of `a`, and the
+  attention rule's lr_att and laws."""
   return {
+      "attention_thresholds": [
+          {"score": s, "dim": d, "lr_att": t.lr_att, "bracket": list(t.bracket),
+           "below": t.below, "above": t.above, "complete": t.complete, "fitted": t.fitted}
+          for (s, d), t in a.attention.items()],
+      "attention_laws": [_law_json(law) for law in a.attention_laws.values()],
       "thresholds": [{"score": s, "dim": d, **dataclasses.asdict(t), "censored": t.censored,
                       "fitted": t.fitted} for (s, d), t in a.thresholds.items()],
       "sensitivity": [{"score": s, "dim": d, "sensitivity": v,
                        "complete": a.thresholds[(s, d)].complete}
                       for (s, d), v in a.sensitivity.items()],
-      "laws": [{"score": law.score, "slope": law.slope, "dims": list(law.dims),
-                "interval": [law.interval.low, law.interval.high],
-                "replicates": law.interval.replicates,
-                "replicates_with_slope": law.interval.with_slope, "reference": law.reference,
-                "bracket": None if law.bracket is None else list(law.bracket),
-                "half_width": law.half_width,
-                "band": None if law.band is None else list(law.band), "verdict": law.verdict,
-                "deciding_half_width": law.deciding_half_width}
-               for law in a.laws.values()],
+      "laws": [_law_json(law) for law in a.laws.values()],
   }

@@ -88,9 +88,9 @@ def threshold_table(a: th.Analysis) -> str:
       if t.lr_star is not None:
         star = fmt_lr(t.lr_star)
       elif t.above:
-        star = f"> {fmt_lr(max(a.grid.learning_rates[s]))}"
+        star = f"> {fmt_lr(max(a.grid.planned(s, d)))}"
       else:
-        star = f"< {fmt_lr(min(a.grid.learning_rates[s]))}"
+        star = f"< {fmt_lr(min(a.grid.planned(s, d)))}"
       rows.append([s, str(d), fmt_lr(t.lr_opt) if t.lr_opt else MISSING,
                    _loss(t.loss_opt) if t.loss_opt is not None else MISSING,
                    fmt_bracket(t.bracket), star,
@@ -138,7 +138,7 @@ def _verdict(law: th.Law) -> str:
   if law.verdict is None:
     return MISSING
   if law.verdict == th.UNRESOLVED and law.band is None:
-    return f"{law.verdict} (no band registered: nothing narrower can hold)"
+    return f"{law.verdict} (no band was registered, so no bracket can hold)"
   if law.verdict == th.UNRESOLVED and law.deciding_half_width is not None:
     return (f"{law.verdict} (a half-width of {law.deciding_half_width:.2f} about the "
             "interpolated slope would decide)")
@@ -164,6 +164,42 @@ def law_table(a: th.Analysis) -> str:
   return _table(["score", "slope bracket (grid intervals, no interpolation)", "half-width",
                  "interpolated slope", "95% interval (bootstrap over seeds only)",
                  "d_k fitted", "draws with a slope", "predicted", "band", "verdict"], rows)
+
+
+def attention_table(a: th.Analysis) -> str:
+  """lr_att per (score, d_k): its grid interval, with the flags that keep it
+  out of the law."""
+  rows = []
+  for s in a.grid.scores:
+    for d in a.grid.dims[s]:
+      t = a.attention.get((s, d))
+      if t is None:
+        rows.append([s, str(d), MISSING, "no cell known"])
+        continue
+      low, high = t.bracket
+      if t.below:
+        cell, flag = f"<= {fmt_lr(high)}", "below the grid: its lowest rate saturates"
+      elif t.above:
+        cell, flag = f"> {fmt_lr(low)}", "above the grid: no rate saturates"
+      else:
+        cell, flag = f"({fmt_lr(low)}, {fmt_lr(high)}]", "fitted"
+      if not t.complete:
+        flag = "provisional: lrs missing" if flag == "fitted" else f"{flag}; provisional"
+      rows.append([s, str(d), cell, flag])
+  return _table(["score", "d_k", "lr_att in (grid interval)", "flags"], rows)
+
+
+def attention_law_table(a: th.Analysis) -> str:
+  """The slope bracket of lr_att per score, the prediction, band and verdict."""
+  rows = []
+  for law in a.attention_laws.values():
+    rows.append([law.score, _range(law.bracket),
+                 MISSING if law.half_width is None else f"{law.half_width:.2f}",
+                 ", ".join(map(str, law.dims)) or MISSING,
+                 MISSING if law.reference is None else f"{law.reference:+g}",
+                 _range(law.band) if law.band else "none registered", _verdict(law)])
+  return _table(["score", "slope bracket (grid intervals)", "half-width", "d_k bracketed",
+                 "predicted", "band", "verdict"], rows)
 
 
 def sensitivity_table(a: th.Analysis) -> str:
@@ -262,6 +298,11 @@ def markdown(a: th.Analysis) -> str:
       ("lr_opt and lr* (L reaches L(lr_opt) + ln 1.2): its grid interval, and "
        "log-lr interpolation inside it", threshold_table(a)),
       ("Slope of log lr* on log d_k", law_table(a)),
+      (f"Attention rule beside it: lr_att, the lowest rate at which some self-attention "
+       f"layer has more than {th.SATURATED_SHARE:.0%} of its rows over 0.99 on one key at "
+       "the last step (mean over seeds; a diverged seed counts as saturated)",
+       attention_table(a)),
+      ("Slope of log lr_att on log d_k", attention_law_table(a)),
       ("Absolute criterion: L > L_best(d_k) + ln 1.2", absolute_table(a)),
       (f"Learning-rate sensitivity: mean of min(L, ln {g.vocab_size}) minus the best L",
        sensitivity_table(a)),

@@ -35,7 +35,24 @@ __all__ = ["TransformerConfig", "Transformer"]
 
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
-  """Hyper-parameters of `Transformer`; validated on construction."""
+  """Hyper-parameters of `Transformer`; validated on construction.
+
+  `qk_init` chooses the initialisers of the query and key projections W_Q,
+  W_K of every attention module (encoder self, decoder self, cross), by name
+  (`layers.QK_INITS`); everything else keeps its initialiser under each:
+    glorot      Glorot uniform, as every other projection (the default).
+    premise     LeCun normal (variance 1/fan_in), zero biases: each q and k
+                coordinate has variance ~ the mean square of the attention's
+                input at any d_k, so the unscaled q·k has std ~√d_k (the
+                premise of Vaswani et al.'s footnote 4). With pre-LN every
+                attention input is a LayerNorm output (mean square 1 per
+                vector at init): variance ~1. With post-LN the first layer's
+                self attentions see the embeddings·√d_model + positions
+                (mean square ~1 + 1/2 = 1.5, sinusoidal or learned), every
+                later input is a LayerNorm output (~1), the cross
+                attention's queries and keys too.
+    zero_query  W_Q zeros (muP): every logit is 0 at step 0; W_K as premise.
+  """
 
   vocab_size: int  # V, shared by source and target (one joint subword vocabulary)
   num_layers: int = 6  # N, decoder layers (and encoder layers unless encoder_layers is set)
@@ -48,6 +65,7 @@ class TransformerConfig:
   score: str = "scaled_dot"  # score of every attention block: a name in layers.SCORES
   attention_dim: int | None = None  # per-head query/key size d_k; None = d_model // num_heads
   pre_layer_norm: bool = False  # False: LayerNorm(x + Sublayer(x)) as the paper; True: pre-LN
+  qk_init: str = "glorot"  # init of every W_Q, W_K: a name in layers.QK_INITS (class docstring)
   positional: str = "sinusoidal"  # 'sinusoidal' (fixed table) or 'learned'
   max_length: int = 512  # longest source / target / decoded sequence
   share_embeddings: bool = True  # one table for source, target and the output projection
@@ -72,6 +90,7 @@ class TransformerConfig:
     common.choice(self.score, "score", SCORES)
     common.choice(self.positional, "positional", ("sinusoidal", "learned"))
     common.choice(self.pre_layer_norm, "pre_layer_norm", (False, True))
+    common.choice(self.qk_init, "qk_init", tuple(layers.QK_INITS))
     common.choice(self.share_embeddings, "share_embeddings", (False, True))
     common.dtype(self.dtype, "dtype")
     common.dtype(self.param_dtype, "param_dtype")
@@ -121,7 +140,7 @@ class _Block(nnx.Module):
     return MultiHeadAttention(
         config.num_heads, config.d_model, qk_features=config.head_dim,
         score=config.score, dropout_rate=config.attention_dropout,
-        max_length=config.max_length, dtype=config.dtype,
+        max_length=config.max_length, qk_init=config.qk_init, dtype=config.dtype,
         param_dtype=config.param_dtype, rngs=rngs)
 
   def _residual(self, i, x, sublayer, deterministic, key):

@@ -99,6 +99,12 @@ class ExperimentConfig:
   layer_norm: str = flag_field(
       "post", "Transformer LayerNorm placement: 'post' (LayerNorm(x + Sublayer(x)), the "
       "paper) or 'pre' (x + Sublayer(LayerNorm(x)))", family="transformer")
+  qk_init: str = flag_field(
+      "glorot", "Transformer init of the query/key projections W_Q, W_K of every attention: "
+      "'glorot' (Glorot uniform as every projection: q, k shrink as d_k grows), 'premise' "
+      "(LeCun normal, variance 1/fan_in: q, k coordinates of variance ~1 at any d_k on "
+      "LayerNorm outputs, the premise of Vaswani et al.'s footnote 4) or 'zero_query' "
+      "(W_Q zeros, every logit 0 at step 0; W_K LeCun normal)", family="transformer")
   dtype: str = flag_field("float32", "compute dtype ('bfloat16' keeps float32 params and softmax)")
   # --- data ---
   dataset: str = flag_field("bible_en_es", "name understood by attention_jax.data.input_pipeline.load")
@@ -276,7 +282,8 @@ class ExperimentConfig:
       return models.TransformerConfig(
           num_layers=self.decoder_layers, d_model=self.hidden_dim, num_heads=self.num_heads,
           d_ff=self.ff_dim, score=arm.score, attention_dim=arm.attention_dim,
-          pre_layer_norm=self.layer_norm == "pre", max_length=trained_length, **shared)
+          pre_layer_norm=self.layer_norm == "pre", qk_init=self.qk_init,
+          max_length=trained_length, **shared)
     except ValueError as e:
       raise _flag_error(self.model, arm, e) from None
 

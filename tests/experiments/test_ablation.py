@@ -38,9 +38,11 @@ _BAD_FLAGS = [
     (["--model=cnn"], "model"),
     (["--dropout=2"], "dropout"),
     (["--model=transformer", "--cell=lstm"], "cell"),  # a flag of the other family
+    (["--model=transformer", "--qk_init=xavier"], "qk_init"),
+    (["--qk_init=premise"], "qk_init"),  # a Transformer flag, given to the RNN (quick preset)
 ]
 _WARM_UP = ["--preset=transformer", "--steps=30"]
-_SHOW = ["--preset=transformer_smoke", "--steps=50", "--show_config"]
+_SHOW = ["--preset=transformer_smoke", "--steps=50", "--qk_init=premise", "--show_config"]
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def test_show_config_prints_the_resolved_settings_and_where_each_comes_from(in_o
   proc, folder = in_one_process["show config"]
   assert proc.returncode == 0, proc.stderr[-2000:]
   lines = proc.stdout.splitlines()
-  assert "--steps=50  # flag" in lines
+  assert "--steps=50  # flag" in lines and "--qk_init=premise  # flag" in lines
   assert "--warmup_steps=20  # preset" in lines and "--arms=dot,scaled_dot  # preset" in lines
   assert "--cell=gru  # default" in lines
   from attention_jax.sweep import config

@@ -157,6 +157,23 @@ def test_a_new_folder_records_its_settings_and_refuses_others(tmp_path):
   assert run.path in str(info.value)
 
 
+def test_a_folder_made_before_a_setting_existed_ran_at_its_default(tmp_path):
+  # `qk_init` came after runs were recorded: their config.json lacks it, and
+  # they ran at its default, 'glorot'; another value is another run.
+  cfg = config.from_preset("transformer_smoke", arms=("dot",), dims=(8,))
+  arm = config.Arm.of("dot", 8)
+  run = workdir_lib.Workdir(str(tmp_path)).run(arm)
+  os.makedirs(run.path)
+  fp = workdir_lib.fingerprint(cfg, arm)
+  assert fp["qk_init"] == "glorot"
+  with open(run.config, "w") as f:
+    json.dump({k: v for k, v in fp.items() if k != "qk_init"}, f)
+  assert workdir_lib.check_run(run, fp) is None
+  premise = workdir_lib.fingerprint(cfg.replace(qk_init="premise"), arm)
+  with pytest.raises(ValueError, match="qk_init: 'glorot' there vs 'premise' now"):
+    workdir_lib.check_run(run, premise)
+
+
 def test_a_longer_run_extends_a_finished_one_and_keeps_its_result(tmp_path):
   cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), steps=40, eval_every=20,
                            diag_every=20, schedule="constant")

@@ -18,8 +18,8 @@ DEFAULTS = {
     "baseline": "",
     "model": "rnn", "cell": "gru", "embed_dim": 512, "hidden_dim": 512, "encoder_layers": 1,
     "decoder_layers": 2, "num_heads": 8, "ff_dim": 2048, "dropout": 0.2, "layer_norm": "post",
-    "dtype": "float32", "dataset": "bible_en_es", "data_dir": "", "vocab_size": 8000,
-    "max_length": 64, "batch_size": 64, "data_seed": 0, "steps": 20000,
+    "qk_init": "glorot", "dtype": "float32", "dataset": "bible_en_es", "data_dir": "",
+    "vocab_size": 8000, "max_length": 64, "batch_size": 64, "data_seed": 0, "steps": 20000,
     "learning_rate": 0.001, "adam_b2": 0.999, "schedule": "constant", "warmup_steps": 0,
     "clip_norm": 5.0, "label_smoothing": 0.0, "beam_size": 10, "val_beam_size": 0,
     "length_penalty": 0.6, "eval_every": 2000, "eval_batch_size": 256, "eval_memory_gb": 0.0,
@@ -28,7 +28,8 @@ DEFAULTS = {
 }
 # Flat fields that describe the sweep, not one of its points.
 SWEEP_ONLY = {"arms", "dims", "additive_max_dim", "baseline", "model"}
-FAMILY_ONLY = {"rnn": {"cell", "embed_dim"}, "transformer": {"num_heads", "ff_dim", "layer_norm"}}
+FAMILY_ONLY = {"rnn": {"cell", "embed_dim"},
+               "transformer": {"num_heads", "ff_dim", "layer_norm", "qk_init"}}
 
 
 def test_the_flat_config_is_unchanged_key_for_key_and_in_order():
@@ -58,7 +59,8 @@ MODEL_FLAGS = {
             "dropout": "dropout", "dtype": "dtype"},
     "transformer": {"hidden_dim": "d_model", "num_heads": "num_heads", "ff_dim": "d_ff",
                     "encoder_layers": "encoder_layers", "decoder_layers": "num_layers",
-                    "dropout": "dropout", "dtype": "dtype", "layer_norm": "pre_layer_norm"},
+                    "dropout": "dropout", "dtype": "dtype", "layer_norm": "pre_layer_norm",
+                    "qk_init": "qk_init"},
 }
 
 
@@ -74,7 +76,8 @@ def test_every_flag_of_a_point_lands_once_in_its_run_config(model):
                            test_examples=11, log_every=13, diag_every=14, eval_every=15,
                            checkpoint_every=16, workers=2, seeds=3, dropout=0.3,
                            dtype="bfloat16", layer_norm="pre" if model == "transformer"
-                           else "post", members="learning_rate=1e-3,3e-3")
+                           else "post", qk_init="premise" if model == "transformer"
+                           else "glorot", members="learning_rate=1e-3,3e-3")
   arm = config.Arm.of(cfg.arms[0], 8)
   run = cfg.point(arm)
   # The model config is the family's own, each model flag in its field once.
@@ -127,6 +130,8 @@ def test_the_model_configs_build_the_model_of_their_family_and_arm():
      "`num_heads` (4)"),
     ("transformer", dict(ff_dim=0), "`ff_dim` must be a positive int, got 0"),
     ("transformer", dict(decoder_layers=0), "`decoder_layers` must be a positive int, got 0"),
+    ("transformer", dict(qk_init="xavier"), "`qk_init` must be one of ('glorot', 'premise', "
+     "'zero_query'), got 'xavier'"),
     ("rnn", dict(hidden_dim=0), "`hidden_dim` must be a positive int, got 0"),
     ("rnn", dict(cell="rnn"), "`cell` must be one of ('gru', 'lstm'), got 'rnn'"),
     ("rnn", dict(dropout=1.0), "`dropout` must be a float in [0, 1), got 1.0"),

@@ -10,9 +10,9 @@ results' READMEs, not here.
 
 from attention_jax.sweep.presets import (britz_wmt, gpu, quick, smoke, transformer,
                                             transformer_lr, transformer_lr_cpu,
-                                            transformer_smoke)
+                                            transformer_lr_premise_cpu, transformer_smoke)
 
 # In the order `--preset` lists them.
 ALL = {module.__name__.rsplit(".", 1)[-1]: module.OVERRIDES
        for module in (smoke, transformer_smoke, quick, transformer, transformer_lr_cpu,
-                              transformer_lr, gpu, britz_wmt)}
+                              transformer_lr_premise_cpu, transformer_lr, gpu, britz_wmt)}
