@@ -53,9 +53,15 @@ Xeon (8707eae, 2026-11-26 to 11-28; results/transformer_lr_cpu); one GPU: not
 run. Expected, by the mu-P argument for Adam: lr*(d_k) falls like 1/d_k for
 `dot`, like d_k^-1/2 for `scaled_dot`, and is flat for `inverse_dim` and
 `qk_norm`; at 2e-3 the `transformer` preset's `dot` failed at every d_k, 16
-included. Result: slopes -0.26 [-0.31, -0.22] (`dot`) and -0.06 [-0.06, -0.05]
-(`scaled_dot`), +0.09 [-0.13, +0.24] (`inverse_dim`), `qk_norm` never failing
-inside the grid; `dot` 0.7-0.9 nats worse than `scaled_dot` at every d_k.
+included. Result: every lr* of `dot` and `scaled_dot` in the one grid interval
+(3e-3, 1e-2], so the grid brackets both slopes in [-0.43, +0.43] without
+interpolation (excluding `dot`'s -1, and `scaled_dot`'s -1/2 by 0.07); the
+rule's interpolated slopes, point estimates inside that bracket, are -0.26
+[-0.31, -0.22] and -0.06 [-0.06, -0.05] (bootstrap over seeds only);
+`inverse_dim` +0.09, bracket [-0.83, +0.83]; `qk_norm` never failing inside
+the grid; `dot` 0.7-0.9 nats worse than `scaled_dot` at every d_k. The law's
+premise is false in this model (Glorot W_Q, W_K: results/init_logits); the
+`transformer_lr_premise_cpu` grid tests it where it holds.
 """
 
 import math
