@@ -126,3 +126,25 @@ def test_a_grid_whose_interpolated_slope_excludes_the_prediction_is_unresolved_b
   assert law.half_width == pytest.approx((math.log(1e-2 / 5.6e-3) + math.log(3.2e-3 / 1.8e-3))
                                          / 2 / LOG16, abs=1e-3)
   assert law.verdict == th.UNRESOLVED
+
+
+def test_the_readmes_state_the_committed_brackets_and_no_stronger_claim():
+  """The README and the grid's own README quote each dot product's slope bracket
+  from the committed report, and no longer say the law "does not hold" on the
+  strength of the interpolated slopes."""
+  import json
+  import pathlib
+  root = pathlib.Path(__file__).resolve().parents[2]
+  report = json.loads((root / "results/transformer_lr_cpu/lr_threshold.json").read_text())
+  laws = {law["score"]: law for law in report["laws"]}
+  texts = [(root / p).read_text(encoding="utf-8")
+           for p in ("README.md", "results/transformer_lr_cpu/README.md")]
+  for score in ("dot", "scaled_dot"):
+    low, high = laws[score]["bracket"]
+    quoted = f"{low:+.2f}".replace("-", "−").lstrip("+"), f"{high:+.2f}"
+    for text in texts:
+      assert f"{quoted[0]} to {quoted[1]}" in text or f"[{quoted[0]}, {quoted[1]}]" in text
+  for text in texts:
+    assert "The predicted law for its threshold lr* (a μP-style argument for Adam) does not " \
+           "hold" not in text
+    assert "The prediction does not hold for the two dot products" not in text
