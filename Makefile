@@ -95,9 +95,15 @@ clean-venv:
 
 # Compile for an H100 and a TPU v5e without either (a separate Python 3.12
 # environment, .venv-aot: jax 0.11.2, libtpu, the CUDA 13 plugin, cuDNN);
-# tables in results/compile_check/. On the 2-core machine (338dae5 / 94ec96d):
-# the H100 run 4 min 41 s alone, the TPU run 10 min (fewer kernel and additive lengths).
+# tables in $(OUT), by default runs/compile_check (ignored by git): a run cut
+# part-way must not replace the committed tables of results/compile_check,
+# which are written only when named, `make compile-check OUT=results/compile_check`.
+# On the 2-core machine (338dae5 / 94ec96d): the H100 run 4 min 41 s alone, the
+# TPU run 10 min (fewer kernel and additive lengths).
 AOT_VENV ?= .venv-aot
+# Set, not `?=`: only the command line names it, never an OUT left in the
+# environment (some machines export one for their own outputs).
+OUT      := runs/compile_check
 .PHONY: compile-check compile-check-test
 $(AOT_VENV)/.installed-stamp: scripts/aot_env.sh pyproject.toml
 	bash scripts/aot_env.sh "$(PYTHON312)" "$(AOT_VENV)"
@@ -105,10 +111,10 @@ $(AOT_VENV)/.installed-stamp: scripts/aot_env.sh pyproject.toml
 PYTHON312 ?= python3.12
 
 compile-check: $(AOT_VENV)/.installed-stamp
-	$(AOT_VENV)/bin/python -m experiments.compile_check --target=h100 --out=results/compile_check
+	$(AOT_VENV)/bin/python -m experiments.compile_check --target=h100 --out=$(OUT)
 	$(AOT_VENV)/bin/python -m experiments.compile_check --target=tpu_v5e \
 	    --kernel_seq_lens=512,2048,8192,16384 --additive_seq_lens=256,1024,4096 \
-	    --out=results/compile_check
+	    --out=$(OUT)
 
 compile-check-test: $(AOT_VENV)/.installed-stamp $(STAMP)
 	$(PY) -m pytest -q -m aot tests/experiments/test_compile_check.py

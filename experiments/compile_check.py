@@ -275,6 +275,9 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
   log(f"target {target.name}: {len(devices)} x {devices[0].device_kind} on "
       f"{compile_mesh.hosts_of(devices)} host(s); versions {provenance['versions']}")
   cases, rows = cases_for(options), []
+  # Every case of the command: the report names those without a row, so that
+  # a run cut part-way leaves tables that say they are part of one.
+  planned = [(c.program, c.case) for c in cases]
   if options.resume:
     cases, rows = to_compile(cases, kept)
     log(f"resume: {len(rows)} row(s) kept, {len(cases)} case(s) to compile")
@@ -288,7 +291,7 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
         + (f": total {compile_tables.format_gb(row.get('total_bytes'))} GB, predicted "
            f"{compile_tables.format_seconds(row.get('predicted_s'))}" if row["status"] == "compiled"
            else f": {row['error']}"))
-    compile_tables.write_report(options.out, target, rows)
+    compile_tables.write_report(options.out, target, rows, planned=planned)
   return rows
 
 

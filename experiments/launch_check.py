@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import tempfile
 
@@ -178,18 +179,55 @@ def run(variant: str, out: str, names: list[str], command: str) -> list[dict]:
   return rows
 
 
+def case_names() -> list[str]:
+  """The `gpu_sweep` case names `--cases` chooses from (the `gpu` preset's cells)."""
+  from attention_jax.analysis import compile_tables  # pylint: disable=g-import-not-at-top
+  return compile_tables.gpu_sweep_cells()
+
+
+def check_flags(out: str | None, variant: str, cases: str, report_only: bool,
+                known: list[str] | None = None) -> list[str]:
+  """The chosen case names (empty: all); a ValueError naming the first bad
+  flag, before any work: a misspelt `--cases` compiled nothing and exited 0
+  (or, without the AOT environment, ended in a traceback), `--out` naming a
+  file ended in a traceback, and `--report_only` on a folder without rows
+  wrote empty tables."""
+  if not out:
+    raise ValueError("`--out` is required: the folder for h100.jsonl and h100.md.")
+  if os.path.exists(out) and not os.path.isdir(out):
+    raise ValueError(f"`--out` {out} exists and is not a folder.")
+  if variant not in VARIANTS:
+    raise ValueError(f"`--variant` must be one of {', '.join(VARIANTS)}; got {variant!r}.")
+  if report_only:
+    if not os.path.isfile(os.path.join(out, "h100.jsonl")):
+      raise ValueError(f"`--report_only`: `--out` {out} has no h100.jsonl to report.")
+    return []
+  names = list(dict.fromkeys(n.strip() for n in str(cases or "").split(",") if n.strip()))
+  if str(cases or "").strip() and not names:
+    raise ValueError(f"`--cases` names no case ({cases!r}); leave it out for all 12.")
+  known = case_names() if known is None else known
+  unknown = [n for n in names if n not in known]
+  if unknown:
+    raise ValueError(f"`--cases`: {', '.join(map(repr, unknown))} is not a gpu_sweep case; "
+                     f"they are: {', '.join(known)}.")
+  return names
+
+
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
-  if not FLAGS.out:
-    sys.exit("error: `--out` is required: the folder for h100.jsonl and h100.md.")
-  if FLAGS.variant not in VARIANTS:
-    sys.exit(f"error: `--variant` must be one of {', '.join(VARIANTS)}; got {FLAGS.variant!r}.")
-  os.makedirs(FLAGS.out, exist_ok=True)
+  try:
+    names = check_flags(FLAGS.out, FLAGS.variant, FLAGS.cases, FLAGS.report_only)
+  except ValueError as e:
+    # The dump folder `configure` made before the flags could be read: a
+    # refused command leaves nothing behind.
+    if os.environ.get("LAUNCH_CHECK_DUMP"):
+      shutil.rmtree(os.environ["LAUNCH_CHECK_DUMP"], ignore_errors=True)
+    sys.exit(f"error: {e}")
   if FLAGS.report_only:
     write_report(FLAGS.out, read_rows(os.path.join(FLAGS.out, "h100.jsonl")))
     return
-  names = [n.strip() for n in FLAGS.cases.split(",") if n.strip()]
+  os.makedirs(FLAGS.out, exist_ok=True)
   run(FLAGS.variant, FLAGS.out, names, "python -m experiments.launch_check " +
       " ".join(sys.argv[1:]))
 

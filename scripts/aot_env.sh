@@ -15,8 +15,16 @@ set -euo pipefail
 py="${1:-python3.12}"
 venv="${2:-.venv-aot}"
 jax_version="0.11.2"
-if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 12) else 1)' 2>/dev/null; then
-  echo "error: PYTHON '$py' is not Python >= 3.12 (jax $jax_version needs it)" >&2
+# The Makefile passes PYTHON312 here; the error names that variable, since a
+# `python3.12` that is a shim without an interpreter behind it (pyenv, asdf)
+# is found on PATH and only fails when run.
+version=$("$py" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || true)
+if ! "$py" -c 'import sys; sys.exit(0 if sys.version_info[:2] >= (3, 12) else 1)' \
+    >/dev/null 2>&1; then
+  if [ -n "$version" ]; then what="is Python $version"; else what="does not run"; fi
+  echo "error: '$py' $what, not a working Python >= 3.12 (jax $jax_version needs it):" \
+       "name one with PYTHON312=, e.g. make compile-check PYTHON312=/usr/bin/python3.12" \
+       "(or bash scripts/aot_env.sh /usr/bin/python3.12)" >&2
   exit 1
 fi
 if [ ! -x "$venv/bin/python" ]; then

@@ -34,7 +34,47 @@ if ! command -v "$py" >/dev/null 2>&1 || ! "$py" -c 'import sys' >/dev/null 2>&1
        "make PYTHON_SYS=python3.11" >&2
   exit 1
 fi
-if [ ! -x "$venv/bin/python" ]; then
+# The lock is chosen before the venv is made, from the Python the venv has
+# or will have: a Python without a lock (a TPU VM's 3.10) used to leave an
+# empty venv behind, which the next `make` took for a built one.
+vpy="$venv/bin/python"
+marker="$venv/attention_jax-lock.txt"
+if [ -z "$lock" ] && [ -z "$target" ] && [ -f "$marker" ]; then
+  previous=$(cut -d' ' -f1 "$marker")
+  if [ -f "$previous" ]; then lock="$previous"; fi
+fi
+# The venv's own Python where it exists (it keeps the one it was made with).
+if [ -x "$vpy" ]; then source_py="$vpy"; remake=", after make clean-venv ($venv was made with it)"
+else source_py="$py"; remake=""; fi
+version=$("$source_py" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+case "$target" in cuda|tpu) make_target="make venv-$target" ;; *) make_target=make ;; esac
+case "$version" in
+  [0-2].*|3.[0-9]|3.10)
+    # pyproject.toml's requires-python: no install, locked or not, can work,
+    # so LOCK=none is not offered. A Cloud TPU VM's image ships 3.10.
+    echo "error: Python $version (of '$source_py') is older than the 3.11 this project needs:" \
+         "install python3.11 or python3.12 (uv python install 3.12; pyenv install 3.12; or on" \
+         "Ubuntu, as on a TPU VM, the deadsnakes PPA's python3.12 and python3.12-venv) and name" \
+         "it: $make_target PYTHON_SYS=python3.12$remake" >&2
+    exit 1 ;;
+esac
+if [ -z "$lock" ]; then
+  case "${target:-cpu}:$version" in
+    cpu:3.11) lock=requirements/cpu-py311.lock.txt ;;
+    cpu:3.12) lock=requirements/gpu-image-py312.lock.txt ;;
+    cuda:3.11|cuda:3.12|tpu:3.11|tpu:3.12) lock="requirements/$target-py${version/./}.lock.txt" ;;
+    *)
+      echo "error: no lock file for Python $version (of '$source_py'): use Python 3.11 or 3.12" \
+           "($make_target PYTHON_SYS=python3.11), or install unpinned with" \
+           "'$make_target LOCK=none'" >&2
+      exit 1 ;;
+  esac
+fi
+if [ "$lock" != none ] && [ ! -f "$lock" ]; then
+  echo "error: lock file '$lock' (LOCK) does not exist; 'make lock' writes the lock files" >&2
+  exit 1
+fi
+if [ ! -x "$vpy" ]; then
   if ! "$py" -m venv "$venv" 2>/dev/null; then
     rm -rf "$venv"
     if "$py" -c 'import ensurepip, venv' >/dev/null 2>&1; then
@@ -50,35 +90,12 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
   fi
 fi
-vpy="$venv/bin/python"
-marker="$venv/attention_jax-lock.txt"
-if [ -z "$lock" ] && [ -z "$target" ] && [ -f "$marker" ]; then
-  previous=$(cut -d' ' -f1 "$marker")
-  if [ -f "$previous" ]; then lock="$previous"; fi
-fi
-if [ -z "$lock" ]; then
-  version=$("$vpy" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
-  case "${target:-cpu}:$version" in
-    cpu:3.11) lock=requirements/cpu-py311.lock.txt ;;
-    cpu:3.12) lock=requirements/gpu-image-py312.lock.txt ;;
-    cuda:3.11|cuda:3.12|tpu:3.11|tpu:3.12) lock="requirements/$target-py${version/./}.lock.txt" ;;
-    *)
-      case "$target" in cuda|tpu) make_target="make venv-$target" ;; *) make_target=make ;; esac
-      echo "error: no lock file for Python $version (of '$py'): use Python 3.11 or 3.12" \
-           "($make_target PYTHON_SYS=python3.11), or install unpinned with 'make LOCK=none'" >&2
-      exit 1 ;;
-  esac
-fi
 rm -f "$marker"
 if [ "$lock" = none ]; then
   "$vpy" -m pip install -q --upgrade pip
   extras=test; case "$target" in cuda|tpu) extras="test,$target" ;; esac
   "$vpy" -m pip install -q -e ".[$extras]"
   exit 0
-fi
-if [ ! -f "$lock" ]; then
-  echo "error: lock file '$lock' (LOCK) does not exist; 'make lock' writes the lock files" >&2
-  exit 1
 fi
 "$vpy" -m pip install -q --require-hashes -r "$lock"
 "$vpy" -m pip install -q --no-deps -e .

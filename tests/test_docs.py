@@ -358,3 +358,73 @@ def test_links_in_code_and_external_addresses_are_not_checked():
   text = ("[a](docs/x.md) ![p](results/a%20b.png#top) [e](https://example.org) [s](#usage)\n"
           "`[c](not/a/link.md)`\n```\n[d](neither.md)\n```\n[r]: results/README.md\n")
   assert relative_links(text) == ["docs/x.md", "results/a b.png", "results/README.md"]
+
+
+# --- docs agree with the code and the committed results ---------------------
+
+
+def _gpu_preset():
+  from attention_jax.sweep.presets import gpu  # pylint: disable=g-import-not-at-top
+  return gpu
+
+
+def test_the_gpu_pieces_the_docs_state_are_the_presets_max_minutes():
+  """docs/method.md said '< 9 min' where the preset stops at 7."""
+  minutes = _gpu_preset().OVERRIDES["max_minutes"]
+  stated = []
+  for name in ("docs/method.md", "docs/gpu_tpu.md"):
+    text = (ROOT / name).read_text(encoding="utf-8")
+    stated += [(name, float(m)) for m in re.findall(
+        r"pieces? of (?:< ?|≤ ?|<= ?|at most )?(\d+(?:\.\d+)?)[ -]min", text)]
+    stated += [(name, float(m)) for m in re.findall(r"(\d+(?:\.\d+)?)-minute pieces", text)]
+  assert {name for name, _ in stated} == {"docs/method.md", "docs/gpu_tpu.md"}, stated
+  assert [s for s in stated if s[1] != minutes] == [], f"the preset's max_minutes is {minutes}"
+
+
+def test_the_docs_name_the_tpu_path_the_workers_code_has():
+  """docs/gpu_tpu.md said the code had no TPU-specific path; `--workers`
+  gives each worker a chip on a TPU VM (`workers.tpu_groups`)."""
+  workers = (ROOT / "attention_jax/sweep/workers.py").read_text(encoding="utf-8")
+  assert "def tpu_groups(" in workers and "def tpu_chips(" in workers
+  for name in ("docs/gpu_tpu.md", "docs/method.md"):
+    text = (ROOT / name).read_text(encoding="utf-8")
+    assert "`workers.tpu_groups`" in text, name
+    assert "no TPU-specific path" not in text, name
+
+
+def test_the_readmes_gpu_prediction_is_the_committed_compile_checks():
+  """The README's `gpu` row quoted 1.4–107 min from before the GPU unroll;
+  it quotes the committed launch table's total for all 12 cells."""
+  table = (RESULTS / "compile_check/launches/unrolled/h100.md").read_text(encoding="utf-8")
+  (committed,) = re.findall(r"the 12 cells' training steps predicted at ([\d.]+) min", table)
+  row = next(line for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+             if line.startswith("| `gpu` |"))
+  assert re.findall(r"compile check predicts ([\d.–-]+) min", row) == [committed], row
+  assert "compile_check/launches/unrolled" in row
+
+
+def test_the_britz_wmt_preset_states_its_estimates_and_their_basis():
+  from attention_jax.sweep.presets import britz_wmt  # pylint: disable=g-import-not-at-top
+  doc = britz_wmt.__doc__
+  assert "Estimates, none measured" in doc
+  for needle in ("4.5M training pairs", "Download 1.74 GB", "url_checksums",
+                 "host memory", "Device memory", "parameters per model", "Time: 340,000 steps"):
+    assert needle in doc, needle
+  assert britz_wmt.OVERRIDES["steps"] == 340000 and britz_wmt.OVERRIDES["vocab_size"] == 32000
+  # The download is what TFDS's own checksums list for the archives of the
+  # preset's corpora (`wmt.britz_config`'s subsets).
+  import tensorflow_datasets  # pylint: disable=g-import-not-at-top
+  sums = Path(tensorflow_datasets.__file__).parent / "url_checksums"
+  sizes = {}
+  for f in sums.glob("wmt*_translate.txt"):
+    for line in f.read_text(encoding="utf-8").splitlines():
+      parts = line.split("\t")
+      if len(parts) >= 2 and parts[1].isdigit():
+        sizes[parts[0]] = int(parts[1])
+  archives = ("http://www.statmt.org/wmt13/training-parallel-commoncrawl.tgz",
+              "http://www.statmt.org/wmt13/training-parallel-europarl-v7.tgz",
+              "http://www.statmt.org/wmt15/training-parallel-nc-v10.tgz",
+              "http://data.statmt.org/wmt19/translation-task/dev.tgz")
+  total = sum(sizes[a] for a in archives) / 1e9
+  (stated,) = re.findall(r"Download ([\d.]+) GB", doc)
+  assert float(stated) == pytest.approx(total, abs=0.005), total

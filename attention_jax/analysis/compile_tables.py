@@ -213,10 +213,14 @@ def mesh_table(rows: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def mesh_totals(rows: Sequence[Mapping[str, Any]]) -> str:
+def mesh_totals(rows: Sequence[Mapping[str, Any]],
+                planned: Sequence[tuple[str, str]] | None = None) -> str:
   """Per multi-device program: the predicted time of all its runs (the `gpu`
   sweep's 12 cells, or the grid's runs), one after another, with how much of
-  it the collectives take; '–' where one of its programs did not compile."""
+  it the collectives take; '–' where one of its programs did not compile.
+  Where `planned` (the run's (program, case) pairs) has cases of a program
+  without a row, its times say how many cases they cover ('for 2 of 4 cases'):
+  a run cut part-way must not read as the program's whole."""
   lines = ["| program | num_devices | predicted wall time | of which collectives |",
            "|---|---:|---:|---:|"]
   for program, title in MESH_PROGRAMS.items():
@@ -228,9 +232,37 @@ def mesh_totals(rows: Sequence[Mapping[str, Any]]) -> str:
     comm = (sum(r.get("runs", 1) * r["steps"] * r["collective_s"] for r in chosen)
             if done else None)
     devices = sorted({r["num_devices"] for r in chosen})
-    lines.append(f"| {title} | {', '.join(map(str, devices))} | {format_seconds(total)} | "
-                 f"{format_seconds(comm)} |")
+    wanted = {case for p, case in planned or () if p == program} | {r["case"] for r in chosen}
+    part = "" if len(chosen) >= len(wanted) else f" for {len(chosen)} of {len(wanted)} cases"
+    lines.append(f"| {title} | {', '.join(map(str, devices))} | "
+                 f"{format_seconds(total)}{part if total is not None else ''} | "
+                 f"{format_seconds(comm)}{part if comm is not None else ''} |")
   return "\n".join(lines) + "\n"
+
+
+def gpu_sweep_cells() -> list[str]:
+  """The case names of the `gpu` preset's cells (arm and dimension), as the
+  compile check names its `gpu_sweep` rows."""
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  return [arm.label for arm in config_lib.from_preset("gpu").sweep()]
+
+
+def coverage(rows: Sequence[Mapping[str, Any]],
+             planned: Sequence[tuple[str, str]] | None) -> str | None:
+  """One line where some of the run's `planned` (program, case) pairs have no
+  row (a run stopped part-way, or still compiling); None where all have one or
+  no plan is known."""
+  if not planned:
+    return None
+  have = {(r.get("program"), r.get("case")) for r in rows}
+  wanted = list(dict.fromkeys(tuple(p) for p in planned))
+  missing = [p for p in wanted if p not in have]
+  if not missing:
+    return None
+  programs = ", ".join(f"`{p}`" for p in dict.fromkeys(p for p, _ in missing))
+  return (f"**Part of a run: {len(wanted) - len(missing)} of {len(wanted)} cases have a row; "
+          f"{len(missing)} not compiled ({programs}): the run stopped or is still going; "
+          f"`--resume` compiles the rest.**\n")
 
 
 def provenance(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -259,9 +291,13 @@ def provenance(rows: Sequence[Mapping[str, Any]]) -> str:
   return "\n".join(lines) + "\n"
 
 
-def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -> str:
+def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target,
+            planned: Sequence[tuple[str, str]] | None = None) -> str:
   """The markdown report: the target, the sweep prediction, a table per
-  program and every row."""
+  program and every row. `planned`: the (program, case) pairs of the run
+  that wrote the rows, where known; the report then says which of them have
+  no row. The sweep prediction always names the `gpu` preset's cells it
+  covers."""
   parts = [f"# Compile check: {target.description}\n",
            f"Device memory {target.memory_bytes / 1e9:.1f} GB (a program fits when arguments + "
            f"outputs + temporaries - aliased ≤ 90% of it); peak {target.peak_flops / 1e12:.0f} "
@@ -275,16 +311,28 @@ def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -
                  "with compute.\n")
   if rows:
     parts.append(provenance(rows))
+  part = coverage(rows, planned)
+  if part:
+    parts.append(part)
   sweep = sweep_seconds(rows)
   if sweep is not None:
     compute = sum(r["steps"] * r["flops"] / target.peak_flops
                   for r in rows if r["program"] == "gpu_sweep")
-    parts.append(f"Predicted training time of the `gpu` sweep (every arm and dimension, "
-                 f"training steps only, no evaluation or decoding): **{format_seconds(sweep)}**; "
+    # A sum over the cells compiled: with some missing (a run cut part-way,
+    # `--cases`) it is not the sweep's time, so it says what it covers.
+    cells = gpu_sweep_cells()
+    have = {r["case"] for r in rows if r["program"] == "gpu_sweep"}
+    missing = [c for c in cells if c not in have]
+    of = "" if not missing else f" for {len(have)} of {len(cells)} cells"
+    what = ("every arm and dimension" if not missing else
+            f"only the cells compiled; not compiled: {', '.join(missing)}")
+    parts.append(f"Predicted training time of the `gpu` sweep ({what}, "
+                 f"training steps only, no evaluation or decoding): "
+                 f"**{format_seconds(sweep)}{of}**; "
                  f"the roofline alone (no overheads) "
-                 f"{format_seconds(sweep_seconds(rows, key='roofline_s'))}, "
+                 f"{format_seconds(sweep_seconds(rows, key='roofline_s'))}{of}, "
                  f"the FLOPs at peak alone "
-                 f"{format_seconds(compute)}.\n")
+                 f"{format_seconds(compute)}{of}.\n")
   for program, title, table in (
       ("gpu_sweep", "The `gpu` preset's training step (seeds vmapped, widest batch)",
        functools.partial(sweep_table, target=target)),
@@ -293,7 +341,8 @@ def summary(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -
     if any(r["program"] == program for r in rows):
       parts.append(f"## {title}\n\n{table(rows)}")
   if any("num_devices" in r for r in rows):
-    parts.append("## Predicted wall time of each program's runs\n\n" + mesh_totals(rows))
+    parts.append("## Predicted wall time of each program's runs\n\n"
+                 + mesh_totals(rows, planned))
     parts.append("## Multi-device programs\n\n" + mesh_table(rows))
   parts.append(f"## Every program\n\n{markdown_table(rows)}")
   return "\n".join(parts)
@@ -311,10 +360,11 @@ def report_only(out: str, target: compile_targets.Target) -> str:
 
 
 def write_report(out: str, target: compile_targets.Target, rows: list[dict],
-                 jsonl: bool = True) -> None:
+                 jsonl: bool = True, planned: Sequence[tuple[str, str]] | None = None) -> None:
   """`<out>/<target>.md` from `rows` and, with `jsonl`, the rows as `<out>/<target>.jsonl`;
-  each file replaced whole (a killed run leaves the previous one, not half of it)."""
-  files = [(".md", summary(rows, target))]
+  each file replaced whole (a killed run leaves the previous one, not half of it).
+  `planned`: the run's (program, case) pairs (`summary`)."""
+  files = [(".md", summary(rows, target, planned))]
   if jsonl:
     files.append((".jsonl", "".join(json.dumps(r) + "\n" for r in rows)))
   for suffix, text in files:

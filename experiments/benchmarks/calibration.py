@@ -326,6 +326,19 @@ def steps_markdown(measured: list[CellTimes], settings: str) -> str:
   return "\n".join(lines) + "\n"
 
 
+def accelerator_note(backend: str) -> str | None:
+  """The line said at once where JAX runs on no GPU or TPU (`backend`, as
+  `jax.default_backend()` gives it), else None. The calibration goes on
+  there (on the CPU it is what the tests and `scripts/gpu_run.sh`'s toy
+  run), but its first cell compiles and times for minutes before it prints
+  anything, and its plan is the CPU's, not a device's."""
+  if backend in ("gpu", "tpu"):
+    return None
+  return (f"calibration: JAX sees no GPU or TPU (backend {backend}): timing this "
+          f"{backend.upper()}, so the plan sizes a sweep on it, not on a device (make venv-cuda "
+          "or make venv-tpu for one); the first cell takes minutes before its line.")
+
+
 def main(argv):
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
@@ -346,6 +359,10 @@ def main(argv):
                        f"{FLAGS.pieces}, {FLAGS.piece_minutes}.")
   except ValueError as e:
     sys.exit(f"error: {e}")
+  import jax  # pylint: disable=g-import-not-at-top
+  note = accelerator_note(jax.default_backend())
+  if note:
+    print(note, flush=True)
   os.makedirs(FLAGS.workdir, exist_ok=True)
   data = datasets.load_data(cfg)
   measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps,

@@ -4,6 +4,8 @@ read back from calibration.json by the sweep's --calibration."""
 
 import json
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -263,3 +265,43 @@ def test_a_full_calibration_times_the_evaluation_batch_search(tmp_path):
   (m,) = json.loads((tmp_path / "calibration.json").read_text())["measured"]
   assert m["batch_search_s"] > 0 and m["validation_s"] > 0 and m["test_batch_s"] > 0
   assert "| batch search s |" in (tmp_path / "calibration.md").read_text()
+
+
+# --- no accelerator: said at once ---------------------------------------------
+
+
+def test_the_note_names_the_backend_where_jax_sees_no_gpu_or_tpu():
+  note = cal.accelerator_note("cpu")
+  assert note.startswith("calibration: JAX sees no GPU or TPU (backend cpu)")
+  assert "make venv-cuda" in note and "\n" not in note
+  assert cal.accelerator_note("gpu") is None and cal.accelerator_note("tpu") is None
+
+
+# The calibration's `main` with the data loading replaced by a stop: what it
+# printed before loading the data is what a user sees at once (a real first
+# cell compiles and times for minutes before its line).
+_STOP_AT_DATA = """
+import sys
+from absl import app
+from attention_jax.sweep import datasets
+def stop(cfg):
+  print("LOADING DATA", flush=True)
+  sys.exit(3)
+datasets.load_data = stop
+from experiments.benchmarks import calibration
+calibration.define_flags()
+sys.argv = ["calibration"] + sys.argv[1:]
+app.run(calibration.main)
+"""
+
+
+def test_without_an_accelerator_the_calibration_says_so_before_any_work(tmp_path):
+  env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run(
+      [sys.executable, "-c", _STOP_AT_DATA, "--preset=gpu",
+       f"--workdir={tmp_path / 'w'}"], cwd=ROOT, env=env, capture_output=True, text=True,
+      timeout=300)
+  assert proc.returncode == 3, proc.stderr[-2000:]
+  lines = proc.stdout.splitlines()
+  assert lines[-1] == "LOADING DATA"
+  assert [l for l in lines[:-1] if "JAX sees no GPU or TPU (backend cpu)" in l], proc.stdout

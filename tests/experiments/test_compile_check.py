@@ -227,8 +227,47 @@ def test_summary_states_the_sweep_prediction():
   rows = [{"program": "gpu_sweep", "case": "x", "status": "compiled", "steps": 6000,
            "predicted_s": 0.02, "roofline_s": 0.01, "flops": 1e12}]
   text = compile_tables.summary(rows, compile_targets.TARGETS["tpu_v5e"])
-  assert "**2.0 min**" in text and "16.0 GB" not in text  # 16 GiB = 17.2 GB
+  assert "**2.0 min for 1 of 12 cells**" in text and "16.0 GB" not in text  # 16 GiB = 17.2 GB
   assert "17.2 GB" in text
+
+
+def _sweep_rows(cells):
+  return [{"program": "gpu_sweep", "case": c, "status": "compiled", "steps": 6000,
+           "predicted_s": 0.05, "roofline_s": 0.02, "flops": 1e12} for c in cells]
+
+
+def test_a_cut_runs_sweep_prediction_names_the_cells_it_covers():
+  """A run cut after 5 of the 12 `gpu` cells left "24.6 min" as the sweep's
+  time; the line says what it sums, and the report that it is part of a run."""
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  cells = [arm.label for arm in config_lib.from_preset("gpu").sweep()]
+  assert len(cells) == 12 and cells[0] == "additive d=128"
+  target = compile_targets.TARGETS["h100"]
+  rows = _sweep_rows(cells[:5])
+  planned = [("gpu_sweep", c) for c in cells] + [("kernels", f"k{i}") for i in range(58)]
+  text = compile_tables.summary(rows, target, planned)
+  assert "**25.0 min for 5 of 12 cells**" in text  # 5 x 6000 x 0.05 s
+  assert "roofline alone (no overheads) 10.0 min for 5 of 12 cells" in text
+  assert "not compiled: " + ", ".join(cells[5:]) in text
+  assert "Part of a run: 5 of 70 cases have a row; 65 not compiled (`gpu_sweep`, `kernels`)" in text
+  # Without the plan (`--report_only`) the sweep line still names its cells.
+  assert "for 5 of 12 cells" in compile_tables.summary(rows, target)
+  # Whole: the sweep's time, no coverage said.
+  whole = compile_tables.summary(_sweep_rows(cells), target, [("gpu_sweep", c) for c in cells])
+  assert "**60.0 min**" in whole and " of 12 cells" not in whole and "Part of a run" not in whole
+
+
+def test_a_cut_runs_multi_device_totals_name_the_cases_they_cover():
+  planned = [("gpu_members", f"additive d={d}") for d in (128, 256, 512, 1024)]
+  rows = [{"program": "gpu_members", "case": "additive d=128", "status": "compiled",
+           "num_devices": 8, "predicted_total_s": 600.0, "steps": 6000, "collective_s": 0.0,
+           "runs": 3}]
+  (line,) = [l for l in compile_tables.mesh_totals(rows, planned).splitlines()
+             if l.startswith("| `gpu` preset, members split")]
+  assert line == ("| `gpu` preset, members split over devices | 8 | 10.0 min for 1 of 4 cases | "
+                  "0 µs for 1 of 4 cases |")
+  whole = compile_tables.mesh_totals(rows, planned[:1])
+  assert "| 10.0 min |" in whole and "of 4" not in whole
 
 
 @pytest.mark.parametrize("kwargs, flag", [
@@ -423,8 +462,8 @@ def test_program_tables_and_report_only(tmp_path):
   additive = compile_tables.additive_table(rows).splitlines()
   assert additive[2] == "| 2048 | 2.68 | 550.80 (does not fit) | 2.30 s | 1.15 s |"
   text = compile_tables.summary(rows, compile_targets.TARGETS["h100"])
-  assert ("**9.0 min**; the roofline alone (no overheads) 3.0 min, the FLOPs at peak alone "
-          "6.00 s") in text
+  assert ("**9.0 min for 1 of 12 cells**; the roofline alone (no overheads) 3.0 min for 1 of "
+          "12 cells, the FLOPs at peak alone 6.00 s for 1 of 12 cells") in text
 
   (tmp_path / "h100.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
   assert compile_tables.report_only(str(tmp_path), compile_targets.TARGETS["h100"]) == text
