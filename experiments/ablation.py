@@ -45,6 +45,10 @@ flags.DEFINE_string("calibration", None, "calibration.json of experiments.benchm
                     "(each flag given here wins over it).")
 flags.DEFINE_bool("report_only", False, "Rewrite the tables and plots of --workdir from its "
                   "finished runs; train nothing.")
+flags.DEFINE_string("shard", "", "I/N: train this driver's share of the sweep's runs (run k "
+                    "where k mod N = I), then any run no other driver holds; 'auto' (a SLURM "
+                    "array task's) or 'auto/N' (SLURM's or Kubernetes' index). Any number of "
+                    "drivers share the workdir, each run under its own lock (docs/cluster.md).")
 common.define_flags()
 FLAGS = flags.FLAGS
 
@@ -65,7 +69,7 @@ def main(argv):
     extra = {**planned(FLAGS.calibration, FLAGS.preset), **extra}
   except ValueError as e:
     sys.exit(f"error: {e}")
-  common.run_sweep(argv, extra, FLAGS.sweep, report_only=FLAGS.report_only)
+  common.run_sweep(argv, extra, FLAGS.sweep, report_only=FLAGS.report_only, shard=FLAGS.shard)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,9 @@ flag given on the command line overrides the preset (`define_field_flags`,
 from __future__ import annotations
 
 import dataclasses
+import glob
 import os
+import signal
 import sys
 import types
 import typing
@@ -23,6 +25,7 @@ import numpy as np
 from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import host_memory
 from attention_jax.training import interrupts
+from attention_jax.training import metrics_log
 from attention_jax.training import placement
 
 FLAGS = flags.FLAGS
@@ -51,7 +54,10 @@ def define_flags(skip: tuple[str, ...] = ()) -> None:
   define_field_flags(config_lib.ExperimentConfig, skip=_OWN + tuple(skip))
   flags.DEFINE_string("coordinator_address", None,
                       "host:port of process 0; with --num_processes and --process_id "
-                      "starts jax.distributed for multi-host data parallelism.")
+                      "starts jax.distributed for multi-host data parallelism. 'auto': "
+                      "jax.distributed.initialize() reads them from the scheduler "
+                      "(SLURM, Open MPI, Kubernetes, Cloud TPU; docs/cluster.md), with no "
+                      "--num_processes or --process_id.")
   flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
   flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
   flags.DEFINE_enum("mesh", "auto", list(placement.SCHEMES),
@@ -213,7 +219,42 @@ def parse_list(name: str, value: str, cast: type = str) -> tuple:
   return items
 
 
+AUTO = "auto"
+
+
+def distributed_problem(address: str | None, num_processes: int | None,
+                        process_id: int | None) -> str | None:
+  """Why these flags cannot start `jax.distributed` (one line naming them),
+  checked before anything connects; None if they can (or ask for nothing)."""
+  if address == AUTO:
+    if num_processes is not None or process_id is not None:
+      return ("`--coordinator_address=auto` reads the processes from the scheduler: give no "
+              "`--num_processes` or `--process_id`.")
+    return None
+  given = [address, num_processes, process_id]
+  if any(v is not None for v in given) and any(v is None for v in given):
+    return ("`--coordinator_address`, `--num_processes` and `--process_id` must be given "
+            "together (or `--coordinator_address=auto` alone under a scheduler).")
+  return None
+
+
 def maybe_start_distributed() -> None:
+  """Starts `jax.distributed` as the flags ask: with `auto`, JAX's own
+  cluster detection (`jax.distributed.initialize()` without arguments:
+  SLURM's, Open MPI's, Kubernetes' and Cloud TPU's environments); a
+  scheduler it does not recognise is one line, not a hang."""
+  problem = distributed_problem(FLAGS.coordinator_address, FLAGS.num_processes,
+                                FLAGS.process_id)
+  if problem:
+    sys.exit(f"error: {problem}")
+  if FLAGS.coordinator_address == AUTO:
+    try:
+      jax.distributed.initialize()
+    except ValueError as e:  # jax found no scheduler's environment to read
+      sys.exit(f"error: `--coordinator_address=auto`: {e} (jax found no SLURM, Open MPI, "
+               "Kubernetes or Cloud TPU environment); give --coordinator_address=HOST:PORT "
+               "--num_processes and --process_id instead.")
+    return
   given = [FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id]
   if any(v is not None for v in given):
     if any(v is None for v in given):
@@ -298,21 +339,76 @@ def backend_started() -> bool:
   return bool(started and started())
 
 
-def written(workdir: str) -> str:
-  """The last line of a finished sweep: where its table, rows and plots are."""
-  names = sorted(n for n in os.listdir(workdir) if n.endswith((".md", ".jsonl", ".png")))
-  return f"wrote {', '.join(names)} in {workdir}"
+_REPORT_FILES = (".md", ".jsonl", ".png")
 
 
-def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool = False) -> None:
+def report_files(workdir: str) -> dict[str, tuple[int, int, int]]:
+  """The table, rows and plots in `workdir`, each with what tells a file
+  rewritten since (inode, modification time in ns, size: every report is
+  written atomically, as a new file); {} where the folder does not exist."""
+  if not os.path.isdir(workdir):
+    return {}
+  out = {}
+  for name in os.listdir(workdir):
+    if name.endswith(_REPORT_FILES):
+      try:
+        stat = os.stat(os.path.join(workdir, name))
+      except FileNotFoundError:
+        continue
+      out[name] = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+  return out
+
+
+def written(workdir: str, before: dict[str, tuple[int, int, int]] | None = None) -> str:
+  """The last line of a finished sweep: the table, rows and plots it wrote
+  in `workdir`, those that are new or rewritten since `before`
+  (`report_files` as it started; a plot left by an earlier command, of
+  other runs, is no file of this one), and where TensorBoard reads the
+  runs' event files."""
+  now = report_files(workdir)
+  names = sorted(n for n, seen in now.items() if before is None or before.get(n) != seen)
+  line = f"wrote {', '.join(names) or 'no report'} in {workdir}"
+  boards = glob.glob(os.path.join(glob.escape(workdir), "runs", "*", metrics_log.FOLDER))
+  boards += glob.glob(os.path.join(glob.escape(workdir), "*", "runs", "*", metrics_log.FOLDER))
+  if boards:
+    line += (f"; TensorBoard: tensorboard --logdir={workdir} (each run's "
+             f"{metrics_log.FOLDER}/ folder)")
+  return line
+
+
+def shard_of(spec: str, report_only: bool) -> tuple[int, int] | None:
+  """`--shard` as (index, count) (`sweep.shards.parse`), checked with the
+  flags it cannot go with; a ValueError of one line, before any work or
+  connection."""
+  from attention_jax.sweep import shards  # pylint: disable=g-import-not-at-top
+  shard = shards.parse(spec, os.environ)
+  if shard is None:
+    return None
+  if report_only:
+    raise ValueError("`--shard` trains a share of the sweep; `--report_only` trains nothing: "
+                     "give one of them.")
+  if FLAGS.coordinator_address is not None or FLAGS.num_processes is not None:
+    raise ValueError("`--shard` shares a sweep among independent drivers; a run over several "
+                     "processes (`--coordinator_address`) trains the whole sweep together: "
+                     "give one of them.")
+  return shard
+
+
+def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool = False,
+              shard: str = "") -> None:
   """Builds the config, starts jax.distributed if asked, runs (or with
-  `report_only` only rewrites the reports), prints the table; exits with
-  `EXIT_STOPPED` where `--max_minutes` stopped the sweep (process 0 says
-  so: the other processes of a multi-host run end with 0 either way)."""
+  `report_only` only rewrites the reports; with `shard` its share of the
+  runs, `sweep.shards`), prints the table; exits with `EXIT_STOPPED` where
+  `--max_minutes` stopped the sweep (process 0 says so: the other processes
+  of a multi-host run end with 0 either way)."""
   if len(argv) > 1:
     sys.exit(f"error: unexpected arguments {argv[1:]}")
   interrupts.install()  # SIGTERM, Ctrl-C: checkpoint after the step, exit 143 / 130
   host_memory.keep_freed_memory()  # before JAX's CPU client starts (its docstring says why)
+  try:
+    share = shard_of(shard, report_only)
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   cfg, axes = build_config(extra, sweep)
   from attention_jax.analysis import reports  # heavy imports only after the checks
   from attention_jax.sweep import runner
@@ -320,17 +416,24 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
 
   logging.set_verbosity(logging.WARNING)  # Orbax logs every save at INFO
 
+  before = report_files(FLAGS.workdir)
   try:
     if report_only:
-      print(runner.report_only(cfg, FLAGS.workdir, axes, report=reports.write))
-      print(written(FLAGS.workdir))
+      table = runner.report_only(cfg, FLAGS.workdir, axes, report=reports.write)
+      signum = interrupts.requested()
+      if signum is not None:  # a SIGTERM or Ctrl-C while writing: said, and not exit 0
+        print(f"{signal.Signals(signum).name} during --report_only: each report file is "
+              "replaced whole, but some may be older than others; re-run it", file=sys.stderr)
+        sys.exit(interrupts.Interrupted(signum).exit_code)
+      print(table)
+      print(written(FLAGS.workdir, before))
       return
     maybe_start_distributed()
     groups, group_memory = worker_groups(cfg, FLAGS.mesh)
     table = runner.run(cfg, FLAGS.workdir, report=reports.write,
                        mesh=None if groups else runner.device_mesh(cfg, FLAGS.mesh), axes=axes,
                        worker_environments=groups, mesh_scheme=FLAGS.mesh,
-                       group_memory=group_memory)
+                       group_memory=group_memory, shard=share)
   except interrupts.Interrupted as e:  # the trainer said where it stopped
     sys.exit(e.exit_code)
   except (ValueError, workers.RunsFailed) as e:
@@ -341,5 +444,5 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
     sys.exit(EXIT_STOPPED)
   if table is not None:
     print("\n" + table)
-    print(written(FLAGS.workdir))
+    print(written(FLAGS.workdir, before))
 

@@ -16,6 +16,12 @@ writes into --out (created): lr_threshold.md (the tables), lr_threshold.json
 The rule is the preset's docstring, applied by `attention_jax.analysis.
 threshold`; cells not yet known are listed and left out. The outputs name
 no folder of this machine: the inputs are given relative to --out.
+
+The report's files are written into a staging folder in --out and put in
+place together (`files.Staging`): a full disk (one `error:` line, exit 1)
+or a SIGTERM / Ctrl-C while they are written (one line, exit 143 / 130)
+leaves the report --out held before, whole. A bad flag, workdir or logged
+value is one `error:` line naming it, before anything is written.
 """
 
 import os
@@ -71,18 +77,18 @@ def path_problem(main: str | None, controls: str, out: str | None) -> str | None
 
 
 def grid_problem(flag: str, path: str, cfg, learning_rates) -> str | None:
-  """Why `path` is not a workdir of the grid (no run folder of its plan, as
-  a `--sweep` grid or as `--members` runs); None if it holds one. A swapped
-  --main and --controls is caught here."""
+  """Why `path` is not a workdir of the grid: no run folder of its plan
+  (as a `--sweep` grid or as `--members` runs), or run folders of both
+  (`threshold.layout`); None if it holds one. A swapped --main and
+  --controls is caught here."""
+  from attention_jax.analysis import threshold as th  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
-  from attention_jax.sweep import workdir as workdir_lib
-  workdir = workdir_lib.Workdir(path)
+  try:
+    if th.layout(path, cfg, learning_rates) is not None:
+      return None
+  except ValueError as e:
+    return f"{flag}: {e}"
   points = config_lib.grid(cfg, (("learning_rate", tuple(learning_rates)),))
-  if any(os.path.isdir(workdir.point(p).run(arm).path)
-         for p in points for arm in p.config.sweep()):
-    return None
-  if any(os.path.isdir(workdir.run(arm).path) for arm in cfg.sweep()):
-    return None
   return (f"{flag}: {path!r} holds no run of the grid ({', '.join(cfg.arms)} in folders "
           f"like {points[0].name}/); is it that grid's workdir?")
 
@@ -146,23 +152,47 @@ def plan_lines(analysis) -> list[str]:
   return lines
 
 
-def write(analysis, inputs: dict[str, str], out: str) -> list[str]:
+def write_problem(error: OSError, out: str, moved: int = 0) -> str:
+  """One line for a report that could not be written into `out` (a full
+  disk, a folder not writable), naming the file where known; `moved`: the
+  files already in place (`files.Staging.moved`), 0 unless the renames
+  themselves failed."""
+  where = f" ({error.filename})" if error.filename else ""
+  kept = ("the report there is left as it was" if not moved else
+          f"{moved} of the new report's files are in place: the next report into it puts "
+          "the rest there")
+  return f"--out: cannot write the report into {out!r}: {error.strerror or error}{where}; {kept}."
+
+
+def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
   """The report of `analysis` (read from the workdirs `inputs`) into `out`;
-  the names written."""
+  the names written. Its files (text, numbers, figures) are written into a
+  staging folder and put in place together (`files.Staging`): a full disk,
+  a failure or a stop asked while they are written (`interrupts`, checked
+  before they are put in place) leaves the old report whole. A write that
+  fails is a ValueError of one line (`write_problem`)."""
   from attention_jax.analysis import threshold as th  # pylint: disable=g-import-not-at-top
   from attention_jax.analysis import threshold_plots  # pylint: disable=g-import-not-at-top
   from attention_jax.analysis import threshold_tables  # pylint: disable=g-import-not-at-top
   from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import interrupts  # pylint: disable=g-import-not-at-top
   from attention_jax.training import provenance  # pylint: disable=g-import-not-at-top
   # The checkout as it is before this report replaces its own files: read
   # after, a report kept in the tree (results/...) would call itself dirty.
   commit, dirty = provenance.git_state(ROOT)
-  os.makedirs(out, exist_ok=True)
-  files.atomic_write(os.path.join(out, MARKDOWN), threshold_tables.markdown(analysis))
-  value = {"inputs": {name: os.path.relpath(path, out) for name, path in inputs.items()},
-           "analysed_at": {"commit": commit, "dirty": dirty}, **th.as_json(analysis)}
-  files.atomic_write(os.path.join(out, JSON), files.to_json(value, indent=1))
-  return [MARKDOWN, JSON] + threshold_plots.plot_all(analysis, out)
+  stage = files.Staging(out, log=log)
+  try:
+    with stage:
+      files.atomic_write(os.path.join(stage.path, MARKDOWN), threshold_tables.markdown(analysis))
+      value = {"inputs": {name: os.path.relpath(path, out) for name, path in inputs.items()},
+               "analysed_at": {"commit": commit, "dirty": dirty}, **th.as_json(analysis)}
+      files.atomic_write(os.path.join(stage.path, JSON), files.to_json(value, indent=1))
+      names = [MARKDOWN, JSON] + threshold_plots.plot_all(analysis, stage.path)
+      interrupts.check()  # asked to stop while they were written: the old report stays
+      stage.commit(names)
+  except OSError as e:
+    raise ValueError(write_problem(e, out, stage.moved)) from None
+  return names
 
 
 def main(argv):
@@ -182,8 +212,23 @@ def main(argv):
   if FLAGS.plan:
     print("\n".join(plan_lines(analysis)))
     return
-  written = write(analysis, inputs, FLAGS.out)
+  from attention_jax.training import interrupts  # pylint: disable=g-import-not-at-top
+  # SIGTERM and Ctrl-C while the report is written: a request, honoured
+  # before its files are put in place (a second one stops at once).
+  interrupts.install()
+  try:
+    written = write(analysis, inputs, FLAGS.out)
+  except interrupts.Interrupted as e:
+    print(f"error: {e}; {FLAGS.out} keeps the report it held", file=sys.stderr)
+    sys.exit(e.exit_code)
+  except ValueError as e:
+    sys.exit(f"error: {e}")
   print(f"wrote {', '.join(written)} into {FLAGS.out}")
+  signum = interrupts.requested()
+  if signum is not None:  # it came once the new report was in place
+    stop = interrupts.Interrupted(signum)
+    print(f"error: {stop} after the new report was in place in {FLAGS.out}", file=sys.stderr)
+    sys.exit(stop.exit_code)
 
 
 if __name__ == "__main__":

@@ -167,6 +167,8 @@ def test_each_documented_python_command_names_a_module_and_flags_that_exist(modu
   defined = _module_flags(module, helpfull)
   for doc, args in PYTHON_COMMANDS[module]:
     for arg in args:
+      if arg == "--":  # what follows is the command's arguments, not its flags (absl)
+        break
       if not arg.startswith("--"):
         continue
       name, _, value = arg[2:].partition("=")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 import io
+import math
 from typing import Sequence
 
 import matplotlib
@@ -21,6 +22,7 @@ import numpy as np  # noqa: E402
 
 from attention_jax.analysis import tables  # noqa: E402
 from attention_jax.training import files  # noqa: E402
+from attention_jax.training.run_config import MEMBER_FIELDS  # noqa: E402
 
 
 def save_figure(fig, path: str) -> None:
@@ -153,24 +155,30 @@ def plot_kinds_sweep(rows: Sequence[dict], arms: Sequence[str], axis: str, path:
 
 
 def plot_history_panels(histories: dict[str, dict], arms: Sequence[str],
-                        panels: Sequence[tuple[str, str]], path: str) -> None:
+                        panels: Sequence[tuple], path: str, note: str | None = None) -> None:
   """A column per grid point (`histories[point][(arm, dim)]` = metrics-log
-  rows) and a row per `(key, label)` of `panels`, each key over training;
-  each row shares a log y axis (symmetric log: a maximum logit can be
-  negative)."""
+  rows) and a row per `(key, label)` or `(key, label, scale)` of `panels`,
+  each key over training; each row shares its y axis, on a symmetric log
+  scale unless `scale` says otherwise (a maximum logit can be negative).
+  `note`, above the panels, says what each line averages."""
   names = list(histories)
   fig, axes = plt.subplots(len(panels), len(names),
                            figsize=(4.5 * len(names), 4 * len(panels)), sharey="row",
                            squeeze=False)
-  for i, (row, (key, label)) in enumerate(zip(axes, panels)):
+  for i, (row, (key, label, *scale)) in enumerate(zip(axes, panels)):
     for ax, name in zip(row, names):
       _history_lines(histories[name], arms, [ax], [key])
-      ax.set_yscale("symlog", linthresh=1.0)
+      if (scale or ["symlog"])[0] == "symlog":
+        ax.set_yscale("symlog", linthresh=1.0)
+      else:
+        ax.set_yscale(scale[0])
       if i == 0:
         ax.set_title(name, fontsize=9)
       elif ax.get_legend() is not None:
         ax.get_legend().remove()  # several rows: the first row's legends only
     row[0].set_ylabel(label)
+  if note:
+    fig.suptitle(note, fontsize=9)
   save_figure(fig, path)
 
 
@@ -218,13 +226,16 @@ def _history_lines(histories, arms, axes, keys):
   for ax in axes:
     ax.set_xlabel("step")
     ax.grid(alpha=0.3)
-  axes[0].legend(fontsize=7)
+  if axes[0].get_lines():  # a key no line has (a log without validations) draws nothing
+    axes[0].legend(fontsize=7)
 
 
-def _plot_histories(histories, arms, path, panels) -> None:
+def _plot_histories(histories, arms, path, panels, note: str | None = None) -> None:
   """Panels of `_history_lines`; `panels` = ((key, ylabel, log y: True,
-  False or 'symlog'), ...)."""
+  False or 'symlog'), ...); `note` above them says what each line averages."""
   fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4))
+  if note:
+    fig.suptitle(note, fontsize=9)
   _history_lines(histories, arms, axes, [key for key, _, _ in panels])
   for ax, (_, label, log_y) in zip(axes, panels):
     ax.set_ylabel(label)
@@ -236,11 +247,49 @@ def _plot_histories(histories, arms, path, panels) -> None:
 
 
 def plot_validation(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],
-                    path: str) -> None:
-  """Validation BLEU and perplexity over training, per arm (colour) and dim (style)."""
+                    path: str, note: str | None = None) -> None:
+  """Validation BLEU and perplexity over training, per arm (colour) and dim
+  (style), or per label; `note` says what each line averages."""
   _plot_histories(histories, arms, path,
                   (("val_bleu", "validation BLEU (in-training decoder)", False),
-                   ("val_ppl", "validation perplexity", True)))
+                   ("val_ppl", "validation perplexity", True)), note)
+
+
+def member_values(row: dict) -> tuple[tuple[str, float], ...]:
+  """The member values (`--members`: `run_config.MEMBER_FIELDS`) a result
+  row or metrics-log line carries; () for a run of seeds only."""
+  return tuple((field, row[field]) for field in MEMBER_FIELDS if field in row)
+
+
+def member_curves(histories: dict[str, list[dict]],
+                  member: dict[str, float] | None = None) -> dict[str, list[dict]]:
+  """`{label: metrics-log rows}` with each run of several member values
+  (`--members`) split into a history per value, labelled 'LABEL
+  learning_rate=0.001': averaging them made one curve of several learning
+  rates. `member` keeps only the rows of those values (a float matches to
+  rounding); a run of seeds only is kept whole."""
+  out = {}
+  for label, rows in histories.items():
+    if member:
+      rows = [r for r in rows if all(
+          isinstance(r.get(k), (int, float)) and math.isclose(r[k], v, rel_tol=1e-9)
+          for k, v in member.items())]
+    groups = {}
+    for r in rows:
+      groups.setdefault(member_values(r), []).append(r)
+    for values, group in groups.items():
+      name = ", ".join(f"{k}={v:g}" for k, v in values)
+      out[f"{label} {name}" if name else label] = group
+  return out
+
+
+def seeds_note(histories: dict) -> str:
+  """What each curve of `histories` averages: 'mean over seeds 0, 1'
+  ('seed 0' where there is one)."""
+  seeds = sorted({r["seed"] for rows in histories.values() for r in rows if "seed" in r})
+  if len(seeds) == 1:
+    return f"seed {seeds[0]} (one seed)"
+  return f"mean over seeds {', '.join(map(str, seeds))}"
 
 
 def plot_diagnostics(histories: dict[tuple[str, int], list[dict]], arms: Sequence[str],

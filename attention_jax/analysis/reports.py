@@ -27,6 +27,8 @@ from attention_jax.analysis import tables
 from attention_jax.sweep import config as config_lib
 from attention_jax.sweep.config import ExperimentConfig
 from attention_jax.sweep.config import GridPoint
+from attention_jax.sweep.workdir import restated
+from attention_jax.sweep.workdir import UnreadableRuns
 from attention_jax.sweep.workdir import Workdir
 from attention_jax.training import files
 from attention_jax.training.metrics_log import MetricsLog
@@ -54,21 +56,47 @@ def _cells(by_arm: dict[Arm, Any]) -> dict[tuple[str, int], Any]:
   return {(arm.name, arm.attention_dim): value for arm, value in by_arm.items()}
 
 
-def finished_rows(workdir: Workdir, cfg: ExperimentConfig) -> list[dict]:
-  """The rows of every finished run of `cfg` in `workdir`, arms outer."""
+# Runs whose files could not be read, by folder: `{run path: one line naming
+# the file and what to do}`. Given one, the reports read around such a run,
+# leave it out and name it here; without one, its error is raised.
+Problems = dict
+
+
+def _left_out(run: RunDir, error: ValueError, problems: Problems | None) -> None:
+  """Keeps `error` (reading a file of `run`) in `problems`, its remedy
+  restated for a committed run (`workdir.restated`), or raises it without."""
+  if problems is None:
+    raise error
+  problems.setdefault(run.path, restated(str(error), run))
+
+
+def finished_rows(workdir: Workdir, cfg: ExperimentConfig,
+                  problems: Problems | None = None) -> list[dict]:
+  """The rows of every finished run of `cfg` in `workdir`, arms outer (with
+  `problems`, those of the runs whose result.json reads)."""
   rows = []
   for arm in _every_arm(cfg):
     run = workdir.run(arm)
     if run.finished:
-      rows.extend(run.rows())
+      try:
+        rows.extend(run.rows())
+      except ValueError as e:
+        _left_out(run, e, problems)
   return rows
 
 
-def _histories(workdir: Workdir, cfg: ExperimentConfig) -> dict[Arm, list[dict]]:
-  """The metrics-log rows of every run of `cfg` in `workdir` that logged any."""
+def _histories(workdir: Workdir, cfg: ExperimentConfig,
+               problems: Problems | None = None) -> dict[Arm, list[dict]]:
+  """The metrics-log rows of every run of `cfg` in `workdir` that logged any
+  (with `problems`, of the runs whose log reads)."""
   out = {}
   for arm in _every_arm(cfg):
-    log = MetricsLog(workdir.run(arm).metrics, write=False).read()
+    run = workdir.run(arm)
+    try:
+      log = MetricsLog(run.metrics, write=False).read()
+    except ValueError as e:
+      _left_out(run, e, problems)
+      continue
     if log:
       out[arm] = log
   return out
@@ -84,24 +112,34 @@ class MemberSubset:
 
 
 def significance(workdir: Workdir, cfg: ExperimentConfig,
-                 subset: MemberSubset | None = None) -> dict[Arm, dict]:
+                 subset: MemberSubset | None = None,
+                 problems: Problems | None = None) -> dict[Arm, dict]:
   """Seed-paired AR tests (`significance.compare_runs`) of every finished arm
   against the baseline arm at the same dimension, cached per pair in the
   run's significance.json under the digest of both runs' translations and
   the result's `significance.FORMAT`; with `subset`, of those members only,
-  cached apart (`RunDir.significance_of`)."""
+  cached apart (`RunDir.significance_of`). With `problems`, a run already
+  in it is left out, and a pair whose translations do not read is left out
+  and kept there under the run whose file it names (the compared one where
+  both are named)."""
   base = baseline_arm(cfg)
   out = {}
   for dim in cfg.dims:
     base_run = workdir.run(Arm.of(base, dim))
-    if base_run.stored_translations is None:
+    if base_run.stored_translations is None or base_run.path in (problems or {}):
       continue
     for name in cfg.arms:
       arm = Arm.of(name, dim)
       run = workdir.run(arm)
-      if name == base or run.stored_translations is None:
+      if name == base or run.stored_translations is None or run.path in (problems or {}):
         continue
-      out[arm] = _compare(base, base_run, run, subset)
+      try:
+        out[arm] = _compare(base, base_run, run, subset)
+      except ValueError as e:
+        own = run.stored_translations in str(e) or base_run.stored_translations not in str(e)
+        _left_out(run if own else base_run, e, problems)
+        if not own:
+          break  # the baseline's own file: no other arm compares at this dimension
   return out
 
 
@@ -154,7 +192,8 @@ def translations_to_compare(base: RunDir, other: RunDir) -> tuple[dict, dict]:
               else "different references")
     raise ValueError(f"{base.stored_translations} and {other.stored_translations} hold {differ}, "
                      "so their runs cannot be compared; delete the wrong one and its run's "
-                     "result.json, and re-run the same command to evaluate that run again.")
+                     "result.json, and re-run the same command to evaluate that run again "
+                     "(a committed run's: restore it with `git checkout -- PATH`).")
   return first, second
 
 
@@ -162,15 +201,25 @@ def _test_set(cfg: ExperimentConfig) -> str:
   return f"first {cfg.test_examples} test sentences" if cfg.test_examples else "test split"
 
 
-def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
+def _left_out_note(problems: Problems | None) -> list[str]:
+  """The paragraph of a table.md that names the runs left out of it."""
+  if not problems:
+    return []
+  return ["Left out, their files unreadable (the driver names each with what to do): "
+          + ", ".join(sorted(problems)) + ".\n"]
+
+
+def write_reports(workdir: Workdir, cfg: ExperimentConfig,
+                  problems: Problems | None = None) -> str:
   """Regenerates results.jsonl, table.md and the plots from the finished runs
-  (as a grid's, `write_member_reports`, where the runs have member values)."""
+  (as a grid's, `write_member_reports`, where the runs have member values);
+  with `problems`, around the runs whose files do not read, named there."""
   if cfg.members:
-    return write_member_reports(workdir, cfg)
-  rows = finished_rows(workdir, cfg)
+    return write_member_reports(workdir, cfg, problems)
+  rows = finished_rows(workdir, cfg, problems)
   files.write_jsonl(workdir.results, rows)
   settings = (f"model={cfg.model}, dataset={cfg.dataset}, steps={cfg.steps}, "
-              f"{cfg.seeds} seeds")
+              f"{cfg.seeds} seed{'s' if cfg.seeds != 1 else ''}")
   parts = [
       f"Test BLEU (sacrebleu, beam {cfg.beam_size}, {_test_set(cfg)}), mean ± std (max) "
       f"over seeds; {settings}.\n\n" + tables.britz_table(rows, cfg.arms, cfg.dims)]
@@ -179,7 +228,7 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
         "Validation perplexity (teacher-forced, per target token, whole validation split; "
         "parameters of the best validation BLEU), mean ± std (min) over seeds.\n\n"
         + tables.britz_table(rows, cfg.arms, cfg.dims, metric="val_ppl", best=min))
-  tests = significance(workdir, cfg)
+  tests = significance(workdir, cfg, problems=problems)
   if tests:
     parts.append(
         f"Test BLEU difference to {baseline_arm(cfg)} at the same dimension, mean over "
@@ -190,12 +239,12 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
     for caption, (stat, per_layer) in _kind_captions():
       parts.append(f"{caption}.\n\n" + tables.kind_table(rows, cfg.arms, cfg.dims, stat,
                                                             per_layer=per_layer))
-  text = "\n".join(parts)
+  text = "\n".join(parts + _left_out_note(problems))
   files.atomic_write(workdir.table, text)
   if rows:
     plots.plot_ablation(rows, cfg.arms, workdir.ablation_plot)
-  _attention_plots(workdir, cfg, "seed 0")
-  histories = _cells(_histories(workdir, cfg))
+  _attention_plots(workdir, cfg, "seed 0", problems)
+  histories = _cells(_histories(workdir, cfg, problems))
   if histories:
     plots.plot_diagnostics(histories, cfg.arms, workdir.diagnostics_plot)
     plots.plot_validation(histories, cfg.arms, workdir.validation_plot)
@@ -204,14 +253,20 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
   return text
 
 
-def _attention_plots(workdir: Workdir, cfg: ExperimentConfig, member: str) -> None:
+def _attention_plots(workdir: Workdir, cfg: ExperimentConfig, member: str,
+                     problems: Problems | None = None) -> None:
   """The heat map of each finished run's test sentence 0, from its first
-  member (`member` names it in the title)."""
+  member (`member` names it in the title); with `problems`, of the runs not
+  in it whose attention.json reads."""
   for arm in _every_arm(cfg):
     run = workdir.run(arm)
-    if os.path.exists(run.attention) and run.finished:
-      attention = files.read_json(
-          run.attention, dict, "delete it (the run's heat map is then left out)")
+    if os.path.exists(run.attention) and run.finished and run.path not in (problems or {}):
+      try:
+        attention = files.read_json(
+            run.attention, dict, "delete it (the run's heat map is then left out)")
+      except ValueError as e:
+        _left_out(run, e, problems)
+        continue
       plots.plot_attention(attention, f"{arm.name}, a={arm.attention_dim}, {member}",
                            workdir.attention_plot(arm))
 
@@ -220,10 +275,18 @@ def write(workdir: Workdir, cfg: ExperimentConfig,
           grid: Sequence[GridPoint] | None = None) -> str:
   """The reports the sweep asks for (`sweep.runner.Report`): with `grid`,
   those of the grid in `workdir` (`write_grid_reports`), else those of the
-  one workdir (`write_reports`); returns its table."""
+  one workdir (`write_reports`); returns its table. A run whose files do
+  not read is left out, and once every report is written,
+  `workdir.UnreadableRuns` names each such run: one damaged file stops
+  neither the reports of the others nor, in the sweep, their training."""
+  problems = {}
   if grid is None:
-    return write_reports(workdir, cfg)
-  return write_grid_reports(workdir, cfg, grid)
+    text = write_reports(workdir, cfg, problems)
+  else:
+    text = write_grid_reports(workdir, cfg, grid, problems)
+  if problems:
+    raise UnreadableRuns(text, problems)
+  return text
 
 
 # What the per-kind tables say of how a kind's layers are summarised.
@@ -286,15 +349,16 @@ class PointResults:
   histories: dict[tuple[str, int], list[dict]]
 
 
-def _point_folders(workdir: Workdir, cfg: ExperimentConfig,
-                   points: Sequence[GridPoint]) -> list[PointResults]:
+def _point_folders(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPoint],
+                   problems: Problems | None = None) -> list[PointResults]:
   """The results of a `--sweep` grid: a workdir per point."""
   out = []
   for p in points:
     folder = workdir.point(p)
-    rows = [_final_max_logit({**r, **p.values}) for r in finished_rows(folder, p.config)]
-    out.append(PointResults(p, rows, significance(folder, p.config) if rows else {},
-                            _cells(_histories(folder, cfg))))
+    rows = [_final_max_logit({**r, **p.values})
+            for r in finished_rows(folder, p.config, problems)]
+    tests = significance(folder, p.config, problems=problems) if rows else {}
+    out.append(PointResults(p, rows, tests, _cells(_histories(folder, cfg, problems))))
   return out
 
 
@@ -305,53 +369,67 @@ def member_points(cfg: ExperimentConfig) -> tuple[GridPoint, ...]:
   return config_lib.grid(cfg.replace(members=""), cfg.member_axes())
 
 
-def _member_results(workdir: Workdir, cfg: ExperimentConfig,
-                    points: Sequence[GridPoint]) -> list[PointResults]:
+def _member_results(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPoint],
+                    problems: Problems | None = None) -> list[PointResults]:
   """The results of a run with member values as its grid's `points`: each
   point's rows, tests and logs are those of its members in every run of
   `workdir`, found by the values their rows and log lines carry."""
-  rows, histories = finished_rows(workdir, cfg), _cells(_histories(workdir, cfg))
+  rows = finished_rows(workdir, cfg, problems)
+  histories = _cells(_histories(workdir, cfg, problems))
   members = cfg.run_members()
   out = []
   for p in points:
     mine = lambda r, p=p: all(r.get(k) == v for k, v in p.values.items())
     point_rows = [_final_max_logit({**r, **p.values}) for r in rows if mine(r)]
     subset = MemberSubset(p.name, tuple(e for e, m in enumerate(members) if mine(m.keys)))
-    tests = significance(workdir, cfg, subset) if point_rows else {}
+    tests = significance(workdir, cfg, subset, problems) if point_rows else {}
     logs = {cell: [r for r in log if mine(r)] for cell, log in histories.items()}
     out.append(PointResults(p, point_rows, tests, {c: log for c, log in logs.items() if log}))
   return out
 
 
-def write_member_reports(workdir: Workdir, cfg: ExperimentConfig) -> str:
+def write_member_reports(workdir: Workdir, cfg: ExperimentConfig,
+                         problems: Problems | None = None) -> str:
   """The reports of a workdir whose runs have member values (`--members`):
   those of the `--sweep` grid they equal (`member_points`,
   `write_grid_reports`: the same results.jsonl rows, tables and plots), and
-  each run's attention heat map (its first member's)."""
+  each run's attention heat map (its first member's), and validation.png:
+  validation BLEU, perplexity and the training loss over training, a column
+  per member value (a grid has them in each point's folder)."""
   points = member_points(cfg)
-  text = _write_grid(workdir, cfg, points, _member_results(workdir, cfg, points),
-                     "each run's config.json")
+  results = _member_results(workdir, cfg, points, problems)
+  text = _write_grid(workdir, cfg, points, results, "each run's config.json", problems)
+  histories = {r.point.name: r.histories for r in results if r.histories}
+  if histories:
+    plots.plot_history_panels(
+        histories, cfg.arms, [("val_bleu", "validation BLEU", "linear"),
+                              ("val_ppl", "validation perplexity", "log"),
+                              ("loss", "training loss", "log")],
+        workdir.validation_plot, note=plots.seeds_note(
+            {name: log for by_cell in histories.values() for name, log in by_cell.items()}))
   first = cfg.run_members()[0]
-  _attention_plots(workdir, cfg, first.label)
+  _attention_plots(workdir, cfg, first.label, problems)
   return text
 
 
-def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig,
-                       points: Sequence[GridPoint]) -> str:
+def write_grid_reports(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPoint],
+                       problems: Problems | None = None) -> str:
   """The reports of a `--sweep` grid from the finished runs of every point:
   results.jsonl (each row with the point's swept values), table.md (arms
   against the first axis), sweep_<axis>.png and max_logit.png (the largest
   logit over training, a panel per point). A Transformer's grid has it per
   attention kind instead of its cross attention's only: table.md's per-kind
   and per-layer sections, max_logit.png a row per kind, and kinds.png."""
-  return _write_grid(workdir, cfg, points, _point_folders(workdir, cfg, points),
-                     "each point's config.json")
+  return _write_grid(workdir, cfg, points, _point_folders(workdir, cfg, points, problems),
+                     "each point's config.json", problems)
 
 
 def _write_grid(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPoint],
-                results: Sequence[PointResults], settings_in: str) -> str:
+                results: Sequence[PointResults], settings_in: str,
+                problems: Problems | None = None) -> str:
   """`write_grid_reports` of the grid `points` from their `results`;
-  `settings_in` says where every other setting is recorded."""
+  `settings_in` says where every other setting is recorded; `problems` the
+  runs left out."""
   axis = next(iter(points[0].values))
   axis_values = tuple(dict.fromkeys(p.values[axis] for p in points))
   rows, tests, histories = [], {}, {}
@@ -394,7 +472,7 @@ def _write_grid(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPo
                   and all(r.get(k) == v for k, v in fixed.items())]
         parts.append(f"{where}:\n\n" + tables.kind_table(
             subset, cfg.arms, axis_values, stat, row_label=axis, per_layer=per_layer))
-  text = "\n".join(parts)
+  text = "\n".join(parts + _left_out_note(problems))
   files.atomic_write(workdir.table, text)
   if rows:
     plots.plot_sweep(rows, cfg.arms, axis, workdir.sweep_plot(axis))

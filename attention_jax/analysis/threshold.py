@@ -28,7 +28,10 @@ What the rule leaves to its implementation, decided here:
 - A seed is diverged (L = inf) when its result row says so, or when any of
   its validation rows has a null perplexity: the trainer marks a member
   diverged for good and validates it as NaN from then on, so its outcome is
-  known before the run reaches its last step.
+  known before the run reaches its last step. A bare NaN that an older
+  writer left there reads as null (`MetricsLog.read`), never as a loss of
+  NaN; a logged value that is no perplexity (a string, 0) is refused in
+  one line naming the file and the line.
 - A cell is known when every seed of it is (its last validation, or its
   divergence); a cell any seed of which is not yet known is missing. The
   analysis runs on what is known and lists the missing cells.
@@ -188,8 +191,10 @@ def seed_record(cell: Cell, seed: int, log: Sequence[Mapping], result_row: Mappi
   known (no validation at `steps`, and not diverged)."""
   mine = [r for r in log if r.get("seed") == seed]
   validation = {r["step"]: r["val_ppl"] for r in mine if "val_ppl" in r}
+  # A perplexity that is no finite number (null; a NaN of rows not read by
+  # `MetricsLog`) is that of a diverged member, never a loss of NaN.
   diverged = (bool(result_row and result_row.get("diverged_at_step"))
-              or any(v is None for v in validation.values()))
+              or any(v is None or not math.isfinite(v) for v in validation.values()))
   if not diverged and steps not in validation:
     return None
   loss = math.inf if diverged else math.log(validation[steps])
@@ -261,10 +266,35 @@ def members_config(cfg: config_lib.ExperimentConfig,
   return cfg.replace(members=f"{AXIS}=" + ",".join(map(repr, learning_rates)))
 
 
-def is_members_workdir(path: str) -> bool:
-  """Whether `path` holds the grid as members runs (its run folders in
-  `runs/`, `Workdir.run`) rather than a `--sweep` grid (a workdir per point)."""
-  return os.path.isdir(os.path.join(path, "runs"))
+MEMBERS, SWEEP = "members", "sweep"  # the two layouts of a grid's workdir (`layout`)
+
+
+def layout(path: str, cfg: config_lib.ExperimentConfig,
+           learning_rates: Sequence[float]) -> str | None:
+  """How the workdir `path` holds the grid of `cfg` over `learning_rates`,
+  told by which of the plan's run folders exist: MEMBERS (its runs in
+  `runs/`, `Workdir.run`, one per score and d_k) or SWEEP (a point folder
+  per learning rate, `Workdir.point`); None where it holds neither. A
+  `runs/` folder alone says nothing: a scratch folder of that name beside a
+  `--sweep` grid made every cell read as missing. Run folders of both
+  layouts are a ValueError of one line naming one of each."""
+  workdir = workdir_lib.Workdir(path)
+  members = [workdir.run(arm).path for arm in cfg.sweep()]
+  points = [workdir.point(p).run(arm).path for p in config_lib.grid(cfg, ((AXIS, tuple(
+      learning_rates)),)) for arm in p.config.sweep()]
+  member_run = next(filter(os.path.isdir, members), None)
+  point_run = next(filter(os.path.isdir, points), None)
+  if member_run and point_run:
+    raise ValueError(f"{path} holds the grid twice: as members runs ({member_run}) and as "
+                     f"a --sweep grid ({point_run}); move one of them out.")
+  return MEMBERS if member_run else SWEEP if point_run else None
+
+
+def is_members_workdir(path: str, cfg: config_lib.ExperimentConfig,
+                       learning_rates: Sequence[float]) -> bool:
+  """Whether `path` holds the grid as members runs rather than as a
+  `--sweep` grid (`layout`)."""
+  return layout(path, cfg, learning_rates) == MEMBERS
 
 
 def _cell_runs(path: str, cfg: config_lib.ExperimentConfig, learning_rates: Sequence[float]):
@@ -273,7 +303,7 @@ def _cell_runs(path: str, cfg: config_lib.ExperimentConfig, learning_rates: Sequ
   (`_checked`); read from a `--sweep` grid or from members runs, whose rows
   and log lines name their learning rate."""
   workdir = workdir_lib.Workdir(path)
-  if is_members_workdir(path):
+  if is_members_workdir(path, cfg, learning_rates):
     members = members_config(cfg, learning_rates)
     for arm in members.sweep():
       run = workdir.run(arm)
@@ -298,9 +328,10 @@ def read_grid(path: str, cfg: config_lib.ExperimentConfig,
               learning_rates: Sequence[float]) -> Grid:
   """The grid of `cfg` over `learning_rates` in the workdir `path`: a
   `--sweep` grid (its layout: `workdir_lib.Workdir.point`, `Workdir.run`) or
-  the grid as members runs (`is_members_workdir`): the records of every
+  the grid as members runs (`layout`): the records of every
   known cell and the cells still missing. A run folder of other settings is
-  a ValueError naming its config.json."""
+  a ValueError naming its config.json; a workdir holding both layouts, one
+  naming a run folder of each (`layout`)."""
   records, missing = [], []
   seeds = tuple(range(cfg.seeds))
   for cell, log, result_rows in _cell_runs(path, cfg, learning_rates):

@@ -35,6 +35,10 @@ SCHEDULES = ("constant", "cosine")
 
 
 MAX_LEARNING_RATE = 1.0
+# The optimiser holds the rate in float32: below its smallest normal number a
+# rate is subnormal or rounds to 0 (`--learning_rate=1e-300` trained nothing
+# and wrote a BLEU).
+MIN_LEARNING_RATE = float(jnp.finfo(jnp.float32).tiny)
 # A memory budget above this (1 PiB) is no machine's; its byte count, made an
 # integer, overflowed (1e300 GiB is an infinite float).
 MAX_EVAL_MEMORY_GB = 2.0**20
@@ -192,6 +196,10 @@ class ExperimentConfig:
     if not 0 < self.learning_rate <= MAX_LEARNING_RATE:
       raise ValueError(f"`learning_rate` must be in (0, {MAX_LEARNING_RATE}], "
                        f"got {self.learning_rate!r}.")
+    if self.learning_rate < MIN_LEARNING_RATE:
+      raise ValueError(f"`learning_rate` {self.learning_rate!r} is below float32's smallest "
+                       f"normal number ({MIN_LEARNING_RATE:.4g}): in float32 it is 0 or "
+                       "subnormal, and training would not move.")
     if self.eval_memory_gb > MAX_EVAL_MEMORY_GB:
       raise ValueError(f"`eval_memory_gb` must be at most {MAX_EVAL_MEMORY_GB:,.0f} (1 PiB), "
                        f"got {self.eval_memory_gb!r}.")

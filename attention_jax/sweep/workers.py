@@ -48,7 +48,16 @@ POLL_SECONDS = 1.0
 
 
 class RunsFailed(Exception):
-  """Some runs of a `--workers` sweep failed; the others finished."""
+  """Some runs of a sweep failed (`failures`: one "[label] why" each, of
+  `total` runs); the others finished."""
+
+  def __init__(self, failures: Sequence[str], total: int):
+    self.failures, self.total = list(failures), total
+    super().__init__(
+        f"{len(self.failures)} of {total} runs failed: "
+        + "; ".join(f.rstrip(".") for f in self.failures) + ". The others finished and "
+        "are reported; a run whose training failed keeps its last checkpoint: re-run the "
+        "same command to resume it.")
 
 
 def use_one_core(core: int | None = None, *, index: int = 0) -> int | None:
@@ -297,7 +306,10 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   step and the queued ones do not start; once every worker has answered, the
   driver raises `interrupts.Interrupted`. A run that fails or whose worker
   dies is named at once; the others go on (a dead worker is replaced while
-  jobs wait), and `RunsFailed` names them all at the end.
+  jobs wait), and `RunsFailed` names them all at the end. So is a finished
+  run whose `report` raised: a report is no reason to stop the others (it
+  once set the stop event, and every running run stopped with a line saying
+  it was asked to).
   """
   if environments is not None and len(environments) < workers:
     raise ValueError(f"`--workers` = {workers} needs as many device groups; "
@@ -340,7 +352,12 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
         kind, value = answer
         if kind == "finished":
           finished = value and finished
-          report(job)
+          try:
+            report(job)
+          except Exception as e:  # pylint: disable=broad-except  # named, never a stop
+            failed.append(f"[{job.label}] its reports could not be written: {why(e)}")
+            log(f"[{job.label}] finished, but its reports could not be written: {why(e)}; "
+                "the other runs go on")
         elif kind == "interrupted":
           interrupted = True
         else:
@@ -352,8 +369,8 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
             if queue:
               pool.append(start(worker.group))
   except BaseException:
-    # The driver itself failed (a report it could not write): every running
-    # run saves its checkpoint after its step before the error is raised.
+    # The driver itself failed: every running run saves its checkpoint after
+    # its step before the error is raised.
     stop.set()
     patience = 600
     raise
@@ -363,8 +380,5 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   if interrupted or interrupts.requested() is not None:
     raise interrupts.Interrupted(interrupts.requested() or signal.SIGTERM)
   if failed:
-    raise RunsFailed(
-        f"{len(failed)} of {len(jobs)} runs failed: " + "; ".join(failed) + ". The others "
-        "finished and are reported; a failed run keeps its last checkpoint: re-run the "
-        "same command to resume it.")
+    raise RunsFailed(failed, len(jobs))
   return finished

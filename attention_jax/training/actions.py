@@ -4,7 +4,8 @@ After every step, in this order (each also after the last step):
 
   every step          a member whose loss exploded is marked diverged; all
                       diverged: training ends and goes to the final evaluation
-  `log_every`         a progress line (losses, target tokens/s, ETA)
+  `log_every`         a progress line (losses, target tokens/s, ETA, clock;
+                      `progress` estimates the time left)
   `diag_every`        softmax diagnostics of a fixed validation batch
   `eval_every`        validation BLEU and perplexity; each member keeps its best
                       (higher BLEU; at equal BLEU, lower perplexity)
@@ -25,6 +26,7 @@ import numpy as np
 
 from attention_jax.training import interrupts
 from attention_jax.training import multihost
+from attention_jax.training import progress
 from attention_jax.training.evaluation import Evaluator
 from attention_jax.training.metrics_log import rounded
 from attention_jax.training.periodic import PeriodicAction
@@ -60,19 +62,6 @@ def improved(scores: np.ndarray, ppl: np.ndarray, best_bleu: np.ndarray,
   not known, `TrainState.restored`) compares false: never better.
   """
   return (scores > best_bleu) | ((scores == best_bleu) & (ppl < best_ppl))
-
-
-def eta_seconds(step: int, last_step: int, step_seconds: float, eval_every: int,
-                validation_seconds: float | None, final_seconds: float | None) -> float:
-  """Seconds until a run at `step` of `last_step` ends: its steps at the
-  steady-state `step_seconds` (not the first step's, which compiles), the
-  validations still due every `eval_every` steps at `validation_seconds`
-  each, and the final test evaluation (`final_seconds`); an evaluation not
-  yet timed (None) counts as 0. Wall time per step since the last progress
-  line made the estimate jump: up after each evaluation, down between them."""
-  validations = (last_step // eval_every - step // eval_every) if eval_every > 0 else 0
-  return ((last_step - step) * step_seconds + validations * (validation_seconds or 0.0)
-          + (final_seconds or 0.0))
 
 
 @jax.jit  # compiled, so that with several processes the result is one global array
@@ -113,10 +102,11 @@ class RunActions:
   metrics log, TensorBoard writer, log, deadline and timers."""
 
   def __init__(self, trainer: Trainer, ckpt, metrics, board,
-               log: Callable[[str], None], deadline: float | None):
+               log: Callable[[str], None], deadline: float | None,
+               sweep: progress.SweepProgress | None = None):
     self.trainer, self.evaluator = trainer, trainer.evaluator
     self.ckpt, self.metrics, self.board, self.log = ckpt, metrics, board, log
-    self.deadline = deadline
+    self.deadline, self.sweep = deadline, sweep
     self.label = trainer.label
     self.run = trainer.run_config
     self.last_step = self.run.optimizer.steps
@@ -127,14 +117,22 @@ class RunActions:
     self.diag_batch = next(trainer.data.batches("validation", self.run.data.batch_size,
                                                 shuffle=False, repeat=False))
     self.start_step = trainer.state.step
-    self.slowest_validation = 0.0  # seconds, of this call (the first one compiles the decoder)
-    self.last_validation = None  # seconds of this call's latest validation
-    # Steps of this call, and the count and time of those that compiled nothing:
-    # the step compiles for each new batch shape (one per length bucket), on
-    # an H200 91-116 s each where a step then takes 27 ms
+    # Seconds, of this call (the first one compiles the decoder): the
+    # deadline's cautious bound on the final evaluation starts from it.
+    self.slowest_validation = 0.0
+    # Steps of this call, and the times of those that compiled nothing: the
+    # step compiles for each new batch shape (one per length bucket), on an
+    # H200 91-116 s each where a step then takes 27 ms
     # (results/gpu_h200/2026-11-28b): such a step in the steady time made the
-    # ETA hours too long.
-    self.timed_steps, self.steady_steps, self.steady_seconds = 0, 0, 0.0
+    # ETA hours too long. `step_times`: the step itself (`train_seconds`);
+    # `cycle_times`: from one step's end to the next's, less the timed
+    # actions between them, so that loading a batch and the cheap actions
+    # count in the ETA too. Both with pauses clipped (`progress.StepTimes`).
+    self.timed_steps = 0
+    self.step_times, self.cycle_times = progress.StepTimes(), progress.StepTimes()
+    self._cycle_end, self._in_actions = None, 0.0
+    # The seconds of each call of a timed action, its compilation left out.
+    self.action_costs = {"diagnose": [], "validate": [], "checkpoint": []}
     self.shapes_seen = set()  # the batch shapes this call's steps were compiled for
     self.saved_at = None  # the step of this call's latest checkpoint
     self._restart_window()
@@ -143,11 +141,22 @@ class RunActions:
     p = self.run.periods
     return [PeriodicAction(1, self.check_loss),
             PeriodicAction(p.log_every, self.log_progress),
-            PeriodicAction(p.diag_every, self.diagnose),
-            PeriodicAction(p.eval_every, self.validate),
-            PeriodicAction(p.checkpoint_every, self.checkpoint),
+            PeriodicAction(p.diag_every, self._timed("diagnose", self.diagnose)),
+            PeriodicAction(p.eval_every, self._timed("validate", self.validate)),
+            PeriodicAction(p.checkpoint_every, self._timed("checkpoint", self.checkpoint)),
             PeriodicAction(p.checkpoint_every, self.stop_at_deadline),
             PeriodicAction(1, self.stop_if_interrupted)]
+
+  def _timed(self, name: str, action):
+    """`action`, its cost kept in `action_costs[name]` for the ETA and its
+    wall time kept out of the step time."""
+    def timed(state):
+      with progress.Stopwatch() as watch:
+        out = action(state)
+      self.action_costs[name].append(watch.cost.steady)
+      self._in_actions += watch.cost.seconds
+      return out
+    return timed
 
   def _restart_window(self) -> None:
     self.window_tokens, self.window_seconds, self.window_start = 0, 0.0, time.time()
@@ -162,15 +171,23 @@ class RunActions:
     self.shapes_seen.add(shape)
     start = time.time()
     state = self.trainer.step(state, batch)
-    seconds = time.time() - start
+    end = time.time()
+    seconds = end - start
     self.timed_steps += 1
     if compiles:
       why = ("" if len(self.shapes_seen) == 1 else
              f" (a new batch shape: sources of {shape[0][-1]}, targets of {shape[1][-1]} tokens)")
       self.log(f"[{self.label}] step {state.step}: {seconds:.1f} s with compilation{why}")
     else:
-      self.steady_steps += 1
-      self.steady_seconds += seconds
+      # A pause (SIGSTOP) is clipped out of both: the step's own time, and the
+      # cycle's, which also sees one between two steps.
+      seconds = self.step_times.add(seconds)
+      if self._cycle_end is not None:
+        before = self.cycle_times.paused
+        self.cycle_times.add(end - self._cycle_end - self._in_actions)
+        if self.sweep is not None:
+          self.sweep.add_pause(self.cycle_times.paused - before)
+    self._cycle_end, self._in_actions = end, 0.0
     self.window_seconds += seconds
     self.window_tokens += (int((batch.tgt != self.trainer.tok.pad_id).sum())
                            * len(self.trainer.seeds))
@@ -187,26 +204,38 @@ class RunActions:
       return state, ALL_DIVERGED
     return state, None
 
+  def eta(self, step: int) -> float | None:
+    """This run's seconds left after its progress line at `step`
+    (`progress.run_eta_seconds`); None until every part still to come was
+    timed once."""
+    cost = lambda name: progress.median_or_none(self.action_costs[name])
+    step_seconds = self.cycle_times.mean
+    if step_seconds is None:
+      step_seconds = self.step_times.mean
+    p = self.run.periods
+    return progress.run_eta_seconds(
+        step, self.last_step, step_seconds,
+        [(p.diag_every, cost("diagnose")), (p.eval_every, cost("validate")),
+         (p.checkpoint_every, cost("checkpoint"))],
+        self.evaluator.final_estimate(cost("diagnose") or 0.0))
+
   def log_progress(self, state: TrainState):
-    # tokens/s over training steps only; the ETA from the steady-state step
-    # time and the evaluations still to come (`eta_seconds`).
+    # tokens/s over training steps only; the ETA of the run (`eta`) and, in
+    # a sweep, of the sweep; the clock, so that a log read later says when.
     step = state.step
     rate = self.window_tokens / max(self.window_seconds, 1e-9)
     for member, learning_rate in zip(self.trainer.members, self.learning_rates):
       self.board.scalars(member.keys, step, {"learning_rate": float(learning_rate(step)),
                                              "tokens_per_second": rate})
-    if self.steady_steps:
-      step_seconds = self.steady_seconds / self.steady_steps
-    else:
-      step_seconds = self.window_seconds / max(self.timed_steps, 1)
-    final = (self.evaluator.final_seconds(self.slowest_validation)
-             if self.last_validation is not None else None)
-    eta = eta_seconds(step, self.last_step, step_seconds, self.run.periods.eval_every,
-                      self.last_validation, final)
-    known = "" if final is not None else ", evaluation not yet timed"
-    self.log(f"[{self.label}] step {step}/{self.last_step} loss "
-             f"{' '.join(f'{x:.3f}' for x in state.loss)} | {rate:,.0f} target tok/s | "
-             f"ETA {eta / 60:.1f} min{known}")
+    left = self.eta(step)
+    untimed = "not yet timed"
+    eta = f"ETA {untimed if left is None else progress.duration(left)}"
+    if self.sweep is not None:
+      sweep_left = self.sweep.eta(left)
+      eta += f", sweep {untimed if sweep_left is None else progress.duration(sweep_left)}"
+    losses = progress.by_member(self.trainer.members, [f"{x:.3f}" for x in state.loss])
+    self.log(f"[{self.label}] step {step}/{self.last_step} loss {losses} | "
+             f"{rate:,.0f} target tok/s | {eta} | {progress.clock(time.time())}")
     self._restart_window()
     return state, None
 
@@ -235,11 +264,11 @@ class RunActions:
       self.metrics.append({"step": state.step, **member.keys,
                            "val_bleu": None if np.isnan(scores[e]) else float(scores[e]),
                            "val_ppl": rounded(ppl[e])})
+    members = self.trainer.members
     self.log(f"[{self.label}] step {state.step}: validation BLEU "
-             f"{' '.join(f'{s:.2f}' for s in scores)}, perplexity "
-             f"{' '.join(f'{p:.2f}' for p in ppl)}")
-    self.last_validation = time.time() - start
-    self.slowest_validation = max(self.slowest_validation, self.last_validation)
+             f"{progress.by_member(members, [f'{s:.2f}' for s in scores])}, perplexity "
+             f"{progress.by_member(members, [f'{p:.2f}' for p in ppl])}")
+    self.slowest_validation = max(self.slowest_validation, time.time() - start)
     return state, None
 
   def checkpoint(self, state: TrainState):
@@ -289,8 +318,9 @@ class RunActions:
     state = self.trainer.check_params(state, self.log)
     ok = state.diverged_at == 0
     start = time.time()
-    estimate = (f", about {self.evaluator.final_seconds(self.slowest_validation) / 60:.1f} min"
-                if self.last_validation is not None else "")
+    final = self.evaluator.final_estimate(
+        progress.median_or_none(self.action_costs["diagnose"]) or 0.0)
+    estimate = f", about {progress.duration(final)}" if final is not None else ""
     self.log(f"[{self.label}] final evaluation: test BLEU of the best parameters "
              f"(beam {self.run.evaluation.beam_size}){estimate}")
     test = self.evaluator.final_test(state.best_params, ok)
@@ -299,9 +329,11 @@ class RunActions:
     for e, member in enumerate(self.trainer.members):
       self.board.row({"step": state.step, **member.keys, "test_bleu": test.bleu[e]})
     attention = self.evaluator.alignment(state.best_params, "test")
-    self.log(f"[{self.label}] test BLEU "
-             f"{' '.join('–' if b is None else f'{b:.2f}' for b in test.bleu)} "
+    bleu = ['–' if b is None else f'{b:.2f}' for b in test.bleu]
+    self.log(f"[{self.label}] test BLEU {progress.by_member(self.trainer.members, bleu)} "
              f"({time.time() - start:.0f} s)")
+    if self.sweep is not None:
+      self.sweep.end_run()
     return state, GroupResult(rows=rows, attention=attention, translations={
         "references": test.references, "hypotheses": test.hypotheses})
 

@@ -1,6 +1,7 @@
 """Evaluation of an ensemble's members: translation, BLEU, perplexity, alignment.
 
-Every program runs over the ensemble axis E (`placement.over_members`) and is
+Every program runs over the ensemble axis E (`placement.over_members_on`: on a
+`members` mesh each device its own members, as the training step) and is
 compiled once per shape; its batches hold as many sentences as fit the evaluation budget
 (`Evaluator.eval_batch_size`, `memory.largest_fitting_batch`).
 
@@ -25,6 +26,7 @@ from attention_jax.data import input_pipeline
 from attention_jax.training import memory
 from attention_jax.training import multihost
 from attention_jax.training import placement as placement_lib
+from attention_jax.training import progress
 from attention_jax.training import steps
 from attention_jax.training.placement import Placement
 from attention_jax.training.run_config import RunConfig
@@ -75,11 +77,21 @@ class Evaluator:
     self.val_beam_size = self.settings.validation_beam
     self._params_like = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), params_like)
-    self._eval_step = jax.jit(placement_lib.over_members(
-        functools.partial(steps.eval_step, graphdef, pad_id=self.tok.pad_id),
+    # Placed as the training step is (`over_members_on`): on a `members`
+    # mesh each device evaluates its own members, and the program holds no
+    # collective (with `over_members` it gathered the members to every device).
+    self._eval_step = jax.jit(placement_lib.over_members_on(
+        placement.mesh, functools.partial(steps.eval_step, graphdef, pad_id=self.tok.pad_id),
         (0, 0, None, None, None)))
     self._decoders = {}  # (beam size, return_attention) -> compiled decoder
     self._batch_sizes = {}  # (program, split) -> sentences per batch
+    # What the final evaluation's estimate reads (`final_estimate`): each
+    # validation's decode and perplexity `progress.Cost` and batches decoded,
+    # and the (beam, source shape) of every batch decoded, each a program.
+    self.validation_costs: list[tuple[progress.Cost, progress.Cost, int]] = []
+    self._decoded: set[tuple[int, tuple[int, ...]]] = set()
+    self._translated_batches = 0
+    self._test_batches = None  # (source shapes, batches) of the final test decode
 
   # --- memory ---------------------------------------------------------------
 
@@ -150,7 +162,8 @@ class Evaluator:
                                     length_penalty=length_penalty,
                                     return_attention=return_attention)
 
-      self._decoders[key] = jax.jit(placement_lib.over_members(member, (0, 0, None)))
+      self._decoders[key] = jax.jit(placement_lib.over_members_on(
+          self.placement.mesh, member, (0, 0, None)))
     return self._decoders[key]
 
   def teacher_forced(self, batch):
@@ -169,8 +182,11 @@ class Evaluator:
     n = len(sources) if not limit else min(limit, len(sources))
     decode = self._decoder(beam_size)
     hyps = [[""] * n for _ in range(self.members)]
+    self._translated_batches = 0
     for batch in self.data.batches(split, self.eval_batch_size(f"beam{beam_size}", split),
                                    shuffle=False, repeat=False, limit=n):
+      self._decoded.add((beam_size, tuple(np.shape(batch.src))))
+      self._translated_batches += 1
       (src,) = self.placement.put(batch.src)
       tokens = multihost.to_host(decode(params, self.rest, src))  # [E, B, L]
       for row, index in enumerate(batch.index):
@@ -200,9 +216,13 @@ class Evaluator:
     """`(BLEU [E], perplexity [E])` on the validation split, as training
     checks it (`eval_examples` sentences, the validation beam); NaN where
     `ok [E]` is False (a diverged member)."""
-    bleu = self.bleu(params, "validation", self.settings.eval_examples, self.val_beam_size)
-    return (np.where(ok, bleu, np.nan),
-            np.where(ok, self.perplexity(params, "validation"), np.nan))
+    with progress.Stopwatch() as decode:
+      bleu = self.bleu(params, "validation", self.settings.eval_examples, self.val_beam_size)
+    batches = self._translated_batches
+    with progress.Stopwatch() as perplexity:
+      ppl = self.perplexity(params, "validation")
+    self.validation_costs.append((decode.cost, perplexity.cost, batches))
+    return np.where(ok, bleu, np.nan), np.where(ok, ppl, np.nan)
 
   def final_test(self, params, ok) -> FinalTest:
     """The final test decoding of `params` (`test_examples` sentences, beam
@@ -227,6 +247,43 @@ class Evaluator:
     return {"src": self._pieces(batch.src[0]),
             "hyp": self._pieces(multihost.to_host(tokens)[0, 0]),
             "weights": multihost.to_host(weights)[0, 0].astype(np.float32)}
+
+  def final_estimate(self, other_seconds: float = 0.0) -> float | None:
+    """The final evaluation's seconds as the ETA counts them
+    (`progress.final_estimate_seconds`), from this call's validations: their
+    median decode and perplexity less compilation, the first one's longest
+    compiled program for each program the final evaluation will compile anew
+    (the test decoder at each (beam, source shape) not yet decoded, the heat
+    map's decoder), plus `other_seconds`. None before a validation. Unlike
+    `final_seconds` (a deadline's cautious bound) it aims at the time itself:
+    the validation's compilation counted once per new program, not in every
+    decode, and the test decode scaled by batches x beam."""
+    if not self.validation_costs:
+      return None
+    first_decode, first_perplexity, val_batches = self.validation_costs[0]
+    per_program = max(first_decode.largest_program, first_perplexity.largest_program)
+    beam = self.settings.beam_size
+    shapes, test_batches = self._test_plan()
+    new_programs = len({(beam, shape) for shape in shapes} - self._decoded)
+    new_programs += bool(self.run.arm.has_attention)  # `alignment`'s decoder
+    work = (test_batches * beam) / max(val_batches * self.val_beam_size, 1)
+    return progress.final_estimate_seconds(
+        progress.median_or_none([d.steady for d, _, _ in self.validation_costs]),
+        progress.median_or_none([p.steady for _, p, _ in self.validation_costs]),
+        work, new_programs, per_program, other_seconds)
+
+  def _test_plan(self) -> tuple[set, int]:
+    """The source shapes and the number of the final test decode's batches."""
+    if self._test_batches is None:
+      beam, limit = self.settings.beam_size, self.settings.test_examples
+      n = self._sentences("test", limit)
+      shapes, count = set(), 0
+      for batch in self.data.batches("test", self.eval_batch_size(f"beam{beam}", "test"),
+                                     shuffle=False, repeat=False, limit=n):
+        shapes.add(tuple(np.shape(batch.src)))
+        count += 1
+      self._test_batches = (shapes, count)
+    return self._test_batches
 
   def final_seconds(self, slowest_validation: float) -> float:
     """`final_evaluation_seconds` of this point's settings after a validation

@@ -46,6 +46,51 @@ def rounded(x) -> float | None:
   return float(f"{x:.6g}") if math.isfinite(x) else None
 
 
+# What a damaged line of a log asks of its reader.
+REMEDY = "correct or delete that line"
+# Keys whose values are perplexities: exp of a mean cross-entropy, at least
+# 1 (the threshold report takes their log; 0 or less was a math error).
+PERPLEXITIES = ("val_ppl",)
+
+
+def _not_finite(constant: str) -> None:
+  """A bare NaN, Infinity or -Infinity in a line: read as null (`MetricsLog.read`)."""
+  del constant
+
+
+def _is_number(value) -> bool:
+  return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _value_problem(key: str, value) -> str | None:
+  """What makes `value` (of `key`; an object's keys as `key.inner`) no
+  logged value: every value is a number or null (not finite), or an object
+  of such; a perplexity is at least 1."""
+  if isinstance(value, dict):
+    return next(filter(None, (_value_problem(f"{key}.{k}", v) for k, v in value.items())),
+                None)
+  if value is None:
+    return None
+  if not _is_number(value):
+    return f"`{key}` is {value!r}, not a number"
+  if key in PERPLEXITIES and value < 1:
+    return f"`{key}` is {value!r}, not a perplexity (at least 1)"
+  return None
+
+
+def row_problem(row: dict) -> str | None:
+  """What makes a metrics-log row (a JSON object with a `step`, non-finite
+  numbers already null) unreadable, in a few words; None if nothing: its
+  `step` and `seed` integers, every other value a number or null
+  (`_value_problem`). A string or 0 where a perplexity goes was a traceback
+  (or a message naming no file) in the reader that took its log."""
+  for key in ("step", "seed"):
+    if key in row and (not isinstance(row[key], int) or isinstance(row[key], bool)):
+      return f"`{key}` is {row[key]!r}, not an integer"
+  return next(filter(None, (_value_problem(k, v) for k, v in row.items()
+                            if k not in ("step", "seed"))), None)
+
+
 class MetricsLog:
   """Append-only JSON-lines log that a resumed run trims back to its checkpoint.
 
@@ -65,17 +110,37 @@ class MetricsLog:
     self._size = 0
 
   def read(self) -> list[dict]:
+    """The log's rows: its JSON objects with a `step` (what else parses is
+    no row of ours). A bare NaN or Infinity, which a writer before strict
+    JSON put where a value was not finite, reads as the null written there
+    now (`rounded`): to every reader a value that is not a number (a null
+    validation perplexity: the member diverged). The last line without its
+    newline is a write cut by a kill, dropped; any other line that is not
+    JSON, or a row with a value of another kind (`row_problem`), is a
+    ValueError of one line naming the file and the line."""
     if not os.path.exists(self.path):
       return []
+    with open(self.path, "rb") as f:
+      lines = f.read().split(b"\n")
     rows = []
-    with open(self.path) as f:
-      for line in f:
-        try:
-          row = json.loads(line)
-        except json.JSONDecodeError:  # a line cut by a kill: dropped
+    for number, line in enumerate(lines, 1):
+      if not line.strip():
+        continue
+      try:
+        row = json.loads(line.decode("utf-8"), parse_constant=_not_finite)
+      except ValueError as e:  # JSONDecodeError, or bytes that are not text
+        if number == len(lines):  # the last line, without its newline: cut by a kill
           continue
-        if isinstance(row, dict) and "step" in row:  # what else parses is no row of ours
-          rows.append(row)
+        why = e.msg if isinstance(e, json.JSONDecodeError) else "not text"
+        raise ValueError(f"{self.path} line {number} is damaged (not JSON: {why}); "
+                         f"{REMEDY}.") from None
+      if not isinstance(row, dict) or "step" not in row:
+        continue
+      row = files.finite(row)  # 1e999 parses as inf
+      problem = row_problem(row)
+      if problem is not None:
+        raise ValueError(f"{self.path} line {number} is damaged ({problem}); {REMEDY}.")
+      rows.append(row)
     return rows
 
   def truncate_after(self, step: int) -> None:

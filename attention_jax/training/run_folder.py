@@ -20,6 +20,7 @@ workdir, and when one may be resumed or extended, is the sweep's business
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 
 from attention_jax.training import files
@@ -55,6 +56,12 @@ def _is_number(value) -> bool:
   return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def _not_finite(value) -> bool:
+  """A number that is NaN or infinite: what a writer before strict JSON
+  left where the writer now puts null (`files.to_json`)."""
+  return isinstance(value, float) and not math.isfinite(value)
+
+
 def row_problem(index: int, row) -> str | None:
   """What makes `row` (the `index`-th of a result.json) unreadable to the
   reports, in a few words; None if nothing. A row of another shape failed
@@ -73,6 +80,17 @@ def row_problem(index: int, row) -> str | None:
   for key in _ROW_NUMBERS:
     if row.get(key) is not None and not _is_number(row[key]):
       return f"row {index}: `{key}` is {row[key]!r}, not a number"
+  if _not_finite(row.get("diverged_at_step")):  # NaN is true: it read as diverged
+    return f"row {index}: `diverged_at_step` is {row['diverged_at_step']!r}, not a step"
+  # A diverged member's numbers are no numbers (its BLEU, its perplexity):
+  # null, or NaN from an older writer, reads as null (`RunDir.rows`). In a
+  # row that records no divergence a NaN or infinite number says nothing we
+  # could tell apart from a bug; counted, it was a `nan ± nan` cell.
+  if not row.get("diverged_at_step"):
+    for key, value in row.items():
+      if _not_finite(value):
+        return (f"row {index}: `{key}` is {value!r}, not a finite number, in a row that "
+                "records no divergence (`diverged_at_step`)")
   diagnostics = row.get("diagnostics", {})
   if not isinstance(diagnostics, dict):
     return f"row {index}: `diagnostics` is {json_kind(diagnostics)}, not an object"
@@ -146,7 +164,9 @@ class RunDir:
   def rows(self) -> list[dict]:
     """The finished run's rows, one per seed; a ValueError of one line naming
     the file if it holds none, or a row the reports could not read
-    (`row_problem`)."""
+    (`row_problem`). A NaN or infinite number that `row_problem` lets
+    through (a diverged member's, a diagnostic) reads as null, what the
+    writer puts there now: never a number to a report."""
     remedy = ("delete it and re-run the same command to evaluate that run again from its "
               "last checkpoint")
     rows = files.read_json(self.result, list, remedy)
@@ -154,7 +174,7 @@ class RunDir:
         filter(None, (row_problem(i, row) for i, row in enumerate(rows))), None)
     if problem is not None:
       raise ValueError(f"{self.result} is damaged ({problem}); {remedy}.")
-    return rows
+    return [files.finite(row) for row in rows]
 
   @property
   def stored_translations(self) -> str | None:
@@ -162,16 +182,32 @@ class RunDir:
     writes it, else test_translations.json.gz, as the runs committed under
     results/ keep it (4x smaller: their plain text had grown the tree that
     a device call carries, at most 64 MiB with the GPU bundle, past room for
-    the bundle); None if there is neither."""
+    the bundle); None if there is neither. Where both are there, the .json;
+    reading it refuses them where they hold different outputs
+    (`_check_one_output`)."""
     for path in (self.translations, self.translations_gz):
       if os.path.exists(path):
         return path
     return None
 
+  def _check_one_output(self) -> None:
+    """A ValueError of one line naming both files where the run keeps its
+    test outputs in both and they differ: which one is the run's cannot be
+    told (the .json won, silently). The same outputs twice are fine."""
+    if not (os.path.exists(self.translations) and os.path.exists(self.translations_gz)):
+      return
+    if files.read_bytes(self.translations) != files.read_bytes(self.translations_gz,
+                                                               _TRANSLATIONS_REMEDY):
+      raise ValueError(f"{self.translations} and {self.translations_gz} both hold the run's "
+                       "test outputs, and they differ; keep the one of the run's result.json "
+                       "(a run writes the .json; the .gz is a copy kept under results/) and "
+                       "delete the other.")
+
   def translations_bytes(self) -> bytes:
     """The JSON text of the run's test outputs (`stored_translations`, which
     must exist), uncompressed: the same bytes for either file, so that a
     digest of them (the significance cache's) does not depend on which."""
+    self._check_one_output()
     return files.read_bytes(self.stored_translations, _TRANSLATIONS_REMEDY)
 
   def test_translations(self) -> dict:
@@ -179,6 +215,7 @@ class RunDir:
     [N], "hypotheses": [seeds][N] (None for a diverged member)}`; a
     ValueError of one line naming the file if they are not of that shape
     (`translations_problem`)."""
+    self._check_one_output()
     path = self.stored_translations
     value = files.read_json(path, dict, _TRANSLATIONS_REMEDY)
     problem = translations_problem(value)

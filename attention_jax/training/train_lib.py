@@ -44,6 +44,7 @@ from attention_jax.training import evaluation
 from attention_jax.training import multihost
 from attention_jax.training import periodic
 from attention_jax.training import placement as placement_lib
+from attention_jax.training import progress
 from attention_jax.training import run_config as run_config_lib
 from attention_jax.training import steps
 from attention_jax.training.metrics_log import Board
@@ -208,7 +209,9 @@ class EnsembleTrainer:
         stats.update(diagnostics.logged_params(params, logged))
       return stats
 
-    return jax.jit(placement_lib.over_members(member, (0, 0, None, None, None)))
+    # Each device its own members on a `members` mesh, as the training step.
+    return jax.jit(placement_lib.over_members_on(self.placement.mesh, member,
+                                                 (0, 0, None, None, None)))
 
   # --- steps ----------------------------------------------------------------
 
@@ -264,9 +267,12 @@ class EnsembleTrainer:
   # --- the run --------------------------------------------------------------
 
   def run(self, run_dir: str, *, log: Callable[[str], None] = print,
-          deadline: float | None = None) -> actions_lib.GroupResult | None:
+          deadline: float | None = None,
+          sweep: progress.SweepProgress | None = None) -> actions_lib.GroupResult | None:
     """Trains to the configured steps, resuming from `run_dir` if it holds a
-    checkpoint, then evaluates the best parameters on the test split.
+    checkpoint, then evaluates the best parameters on the test split. With
+    `sweep` (the sweep this run is one of), its progress lines also say the
+    whole sweep's time left.
 
     Returns None when `deadline` (a `time.time()` value) stops it early.
     Raises `interrupts.Interrupted` after the step during which SIGTERM or
@@ -297,7 +303,7 @@ class EnsembleTrainer:
                          write=multihost.is_primary(), board=board)
     metrics.truncate_after(self.state.step)  # drop what a killed run logged past its checkpoint
     try:
-      run = actions_lib.RunActions(self, ckpt, metrics, board, log, deadline)
+      run = actions_lib.RunActions(self, ckpt, metrics, board, log, deadline, sweep)
       self.state, stop = periodic.train_loop(
           self.state, self.run_config.optimizer.steps, run.advance,
           self._train_batches(self.state.step), run.actions())

@@ -96,7 +96,9 @@ def test_a_members_workdir_reports_as_the_grid_it_equals(tmp_path):
     alone = grid.point(p).run(config.Arm.of("multiplicative", 8)).significance
     assert (files.read_json(run.significance_of(p.name), dict)["result"]
             == files.read_json(alone, dict)["result"])
-  for path in (members.sweep_plot("learning_rate"), members.max_logit_plot):
+  # validation.png: validation and loss curves, a column per rate.
+  for path in (members.sweep_plot("learning_rate"), members.max_logit_plot,
+               members.validation_plot):
     assert os.path.getsize(path) > 1000, path
   # --report_only's path rewrites the same table.
   os.remove(members.table)

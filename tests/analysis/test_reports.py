@@ -1,6 +1,7 @@
 import os
 
 import numpy as np
+import pytest
 
 from attention_jax.analysis import tables
 
@@ -239,3 +240,14 @@ def test_a_transformer_grid_reports_every_kind_and_an_rnn_grid_its_max_logit(tmp
       assert cross_only in text and "attention kind" not in text
       assert "| 0.003 | 120.00 ± 0.00 (120.00) |" in text
       assert not os.path.exists(workdir.kinds_plot)
+
+
+@pytest.mark.parametrize("seeds,said", [(1, "1 seed."), (2, "2 seeds.")])
+def test_the_table_says_seed_in_the_singular_for_one(tmp_path, seeds, said):
+  from attention_jax.analysis import reports
+  from attention_jax.sweep import config
+  from attention_jax.sweep import workdir as workdir_lib
+  text = reports.write_reports(workdir_lib.Workdir(str(tmp_path)),
+                               config.from_preset("smoke", arms=("additive",), dims=(8,),
+                                                  seeds=seeds))
+  assert text.splitlines()[0].endswith(f"steps=120, {said}")

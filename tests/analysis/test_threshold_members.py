@@ -43,8 +43,8 @@ def as_members(grid_path, out, plan=MAIN, lrs=LRS):
 def test_a_members_grid_is_read_as_the_sweep_grid_of_the_same_runs(tmp_path):
   fake.write_main(tmp_path / "grid", partial={("scaled_dot", 16, 1e-2)})
   as_members(tmp_path / "grid", tmp_path / "members")
-  assert th.is_members_workdir(str(tmp_path / "members"))
-  assert not th.is_members_workdir(str(tmp_path / "grid"))
+  assert th.is_members_workdir(str(tmp_path / "members"), MAIN, LRS)
+  assert not th.is_members_workdir(str(tmp_path / "grid"), MAIN, LRS)
   grid = th.read_grid(str(tmp_path / "grid"), MAIN, LRS)
   members = th.read_grid(str(tmp_path / "members"), MAIN, LRS)
   # The unfinished run leaves every learning rate of its members run without a

@@ -39,6 +39,17 @@ def test_bad_values_name_the_field(field, value, match):
     config.from_preset("smoke", **{field: value})
 
 
+@pytest.mark.parametrize("rate", [1e-300, 1e-45, 1e-39])  # 0, and subnormal, in float32
+def test_a_learning_rate_float32_cannot_hold_is_one_line_naming_it(rate):
+  with pytest.raises(ValueError) as e:
+    config.from_preset("smoke", learning_rate=rate)
+  assert str(e.value).startswith(f"`learning_rate` {rate!r} is below float32's smallest normal")
+  assert "\n" not in str(e.value)
+  with pytest.raises(ValueError, match=r"`--members` learning_rate=1e-300: `learning_rate`"):
+    config.from_preset("smoke", members="learning_rate=1e-3,1e-300")
+  assert config.from_preset("smoke", learning_rate=1.2e-38).learning_rate == 1.2e-38
+
+
 def test_unknown_preset():
   with pytest.raises(ValueError, match="preset.*smoke"):
     config.from_preset("huge")

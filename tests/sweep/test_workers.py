@@ -95,6 +95,26 @@ def test_a_failing_run_does_not_stop_the_others_and_is_one_line(tmp_path):
   assert os.listdir(tmp_path) == ["job1"]  # the slow run was not cut short
 
 
+def test_a_report_that_raises_stops_no_run_and_is_named_among_the_failures(tmp_path):
+  # It set the stop event: the slow run stopped after its step as if asked to
+  # (a false "SIGTERM: checkpoint saved" line), and the driver ended on the
+  # report's error instead of naming the failures.
+  jobs = [ToyJob(f"job{i}", a, str(tmp_path)) for i, a in enumerate(["ok", "slow:40"])]
+  lines = []
+
+  def report(job):
+    if job.label == "job0":
+      raise ValueError(f"{tmp_path}/job0/result.json is damaged (not JSON)")
+
+  with pytest.raises(workers.RunsFailed) as e:
+    workers.run_in_workers(2, jobs, toy_train, None, report, log=lines.append)
+  assert str(e.value).startswith(f"1 of 2 runs failed: [job0] its reports could not be "
+                                 f"written: {tmp_path}/job0/result.json is damaged")
+  assert sorted(os.listdir(tmp_path)) == ["job0", "job1"]  # the slow run was not cut short
+  assert lines == [f"[job0] finished, but its reports could not be written: {tmp_path}/job0/"
+                   "result.json is damaged (not JSON); the other runs go on"]
+
+
 def test_a_stop_reaches_the_running_workers_after_a_death(tmp_path, monkeypatch):
   """SIGTERM while a worker is dead and another runs: the running one stops
   after its 'step' and the driver raises Interrupted (it used to ignore the

@@ -71,17 +71,33 @@ def _scalars(workdir):
   return out
 
 
+def _slurm_environment(process: int, processes: int = 2) -> dict[str, str]:
+  """What SLURM sets for task `process` of a job step of `processes` tasks
+  on this one node: the variables jax's SLURM cluster reads (the job id sets
+  the coordinator's port, the step's first node its host)."""
+  return {"SLURM_JOB_ID": str(4000 + _free_port() % 64), "SLURM_STEP_NODELIST": "localhost",
+          "SLURM_NTASKS": str(processes), "SLURM_PROCID": str(process),
+          "SLURM_LOCALID": str(process), "SLURM_STEP_NUM_NODES": "1"}
+
+
 @pytest.mark.slow  # three smoke runs, one of two processes
-def test_two_processes_equal_one_process_with_two_devices_and_only_process_0_writes(tmp_path):
+@pytest.mark.parametrize("how", ["flags", "slurm"])
+def test_two_processes_equal_one_process_with_two_devices_and_only_process_0_writes(
+    tmp_path, how):
   # Added to the inherited flags, which the two processes below run under.
   one = _ablation(tmp_path / "one", env={
       "XLA_FLAGS": conftest.xla_flags_with("--xla_force_host_platform_device_count=2")})
   out_one, _ = one.communicate(timeout=600)
   assert one.returncode == 0, out_one
 
-  coordinator = f"localhost:{_free_port()}"
-  procs = [_ablation(tmp_path / "two", f"--coordinator_address={coordinator}",
-                     "--num_processes=2", f"--process_id={i}") for i in range(2)]
+  if how == "flags":
+    coordinator = f"localhost:{_free_port()}"
+    procs = [_ablation(tmp_path / "two", f"--coordinator_address={coordinator}",
+                       "--num_processes=2", f"--process_id={i}") for i in range(2)]
+  else:  # JAX's own cluster detection reads a SLURM job step's environment
+    job = _slurm_environment(0)["SLURM_JOB_ID"]
+    procs = [_ablation(tmp_path / "two", "--coordinator_address=auto",
+                       env={**_slurm_environment(i), "SLURM_JOB_ID": job}) for i in range(2)]
   outs = [p.communicate(timeout=600)[0] for p in procs]
   assert [p.returncode for p in procs] == [0, 0], outs
 
@@ -108,3 +124,27 @@ def test_two_processes_equal_one_process_with_two_devices_and_only_process_0_wri
   assert [n for f, n in files.items() if f.endswith(EVENTS + "*")] == [1, 1]
   assert "| dim |" in outs[0] and "| dim |" not in outs[1]
   assert "process 1 of 2: done; process 0 writes the results" in outs[1]
+
+
+@pytest.mark.parametrize("extra, env, message", [
+    (["--coordinator_address=auto", "--num_processes=2"], {},
+     "error: `--coordinator_address=auto` reads the processes from the scheduler: give no "
+     "`--num_processes` or `--process_id`."),
+    (["--coordinator_address=localhost:1234"], {},
+     "error: `--coordinator_address`, `--num_processes` and `--process_id` must be given "
+     "together (or `--coordinator_address=auto` alone under a scheduler)."),
+    (["--coordinator_address=auto"], {"SLURM_JOB_ID": ""},
+     "error: `--coordinator_address=auto`: coordinator_address should be defined. (jax found "
+     "no SLURM, Open MPI, Kubernetes or Cloud TPU environment); give "
+     "--coordinator_address=HOST:PORT --num_processes and --process_id instead."),
+])
+def test_distributed_flags_are_refused_in_one_line_before_any_connection(tmp_path, extra, env,
+                                                                          message):
+  clean = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+  proc = subprocess.run(
+      [sys.executable, "-m", "experiments.ablation", *ARGS, f"--workdir={tmp_path / 'w'}",
+       *extra], cwd=ROOT, env={**clean, **{k: v for k, v in env.items() if v}},
+      capture_output=True, text=True, timeout=300)
+  assert proc.returncode == 1
+  assert proc.stderr.strip().splitlines()[-1] == message
+  assert not os.path.exists(tmp_path / "w")

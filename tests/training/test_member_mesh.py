@@ -147,3 +147,60 @@ def test_members_that_do_not_split_are_refused_in_one_line_before_any_work(tmp_p
       "error: `--mesh=members`: 3 members do not split over 8 devices; give a multiple of 8 "
       "members (seeds x learning rates) or `--mesh=members,data`.")
   assert not os.path.exists(tmp_path / "w" / "runs")
+
+
+# The evaluation programs on the same 8 devices: perplexity, beam decoding
+# and the softmax diagnostics of 8 members, on one device and split one per
+# device; what the test compares (the compiled programs' collectives too).
+_EVAL_SCRIPT = textwrap.dedent("""\
+    import json
+    import jax, numpy as np
+    from attention_jax.data import input_pipeline
+    from attention_jax.sweep import config
+    from attention_jax.training import placement, train_lib
+    assert jax.device_count() == 8, jax.devices()
+    cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), seeds=8, embed_dim=16,
+                             hidden_dim=16, batch_size=16, eval_batch_size=16,
+                             eval_examples=16, test_examples=16)
+    data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+    COLLECTIVES = ("all-reduce", "all-gather", "collective-permute", "all-to-all",
+                   "reduce-scatter")
+    out = {}
+    for name, mesh in (("one", None), ("members", placement.member_mesh(jax.devices(), 8))):
+      t = train_lib.EnsembleTrainer(cfg.point(config.Arm.of("additive", 8)), data, mesh=mesh)
+      ev = t.evaluator
+      batch = next(t._train_batches(0))
+      src, tgt_in, tgt_out = ev.teacher_forced(batch)
+      texts = {
+          "eval": ev._eval_step.lower(t.params, t.rest, src, tgt_in, tgt_out),
+          "decode": ev._decoder(2).lower(t.params, t.rest, src),
+          "diagnostics": t._diag_step.lower(t.params, t.rest, src, tgt_in, tgt_out)}
+      texts = {k: v.compile().as_text() for k, v in texts.items()}
+      hyps, _ = ev.translate(t.params, "validation", 16, 2)
+      diag = t.diagnose(t.params, batch)
+      out[name] = {"collectives": {k: [c for c in COLLECTIVES if c in text]
+                                   for k, text in texts.items()},
+                   "ppl": np.asarray(ev.perplexity(t.params, "validation")).tolist(),
+                   "hyps": hyps,
+                   "max_logit": np.asarray(diag["max_logit"]).tolist()}
+    print("RESULT " + json.dumps(out))
+    """)
+
+
+@pytest.mark.slow  # two trainers and their evaluators compiled on 8 host devices
+def test_evaluation_on_a_members_mesh_holds_no_collective_and_gives_the_one_device_numbers():
+  proc = subprocess.run([sys.executable, "-c", _EVAL_SCRIPT], cwd=ROOT,
+                        env={**os.environ, **EIGHT}, capture_output=True, text=True, timeout=900)
+  lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+  assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+  out = __import__("json").loads(lines[-1][len("RESULT "):])
+  one, members = out["one"], out["members"]
+  # Each device evaluates its own member: no program moves data between devices...
+  assert members["collectives"] == {"eval": [], "decode": [], "diagnostics": []}
+  # ... and each member's numbers are one device's: the translations and the
+  # diagnostics to the bit, the perplexity (a sum over batches) to float32
+  # rounding (3e-8 relative measured).
+  import numpy as np  # pylint: disable=g-import-not-at-top
+  np.testing.assert_allclose(members["ppl"], one["ppl"], rtol=1e-6)
+  assert members["hyps"] == one["hyps"]
+  assert members["max_logit"] == one["max_logit"]

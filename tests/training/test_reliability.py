@@ -18,6 +18,7 @@ from attention_jax.sweep import config
 from attention_jax.training import checkpoints
 from attention_jax.training import files
 from attention_jax.training import metrics_log
+from attention_jax.training import run_folder
 
 from attention_jax.analysis import reports
 from attention_jax.sweep import runner
@@ -426,6 +427,53 @@ def test_a_run_file_of_the_wrong_shape_is_named_in_one_line(tmp_path, name, chan
                            f"--arms={','.join(_ARMS)}", "--dims=8", "--report_only",
                            f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
     _one_line_failure(proc, path, "damaged")
+
+
+def test_a_non_finite_number_in_a_result_row_is_refused_unless_the_row_diverged(tmp_path):
+  # A bare NaN test BLEU (an older writer's, `json.dump`'s default) was a
+  # number to the table: `nan ± nan (nan)`, exit 0.
+  cfg, workdir = _finished_workdir(tmp_path)
+  path = os.path.join(workdir, "runs", "multiplicative_d8", "result.json")
+  rows = json.load(open(path))
+  with open(path, "w") as f:
+    json.dump([rows[0], {**rows[1], "test_bleu": float("nan")}], f)
+  with pytest.raises(ValueError) as info:
+    runner.report_only(cfg, workdir, report=reports.write)
+  message = str(info.value)
+  assert path in message and "row 1: `test_bleu` is nan, not a finite number" in message
+  assert "\n" not in message
+  # In a row that records its divergence the NaN is what divergence left:
+  # read as null, the member counted as diverged, never as a number.
+  with open(path, "w") as f:
+    json.dump([rows[0], {**rows[1], "test_bleu": float("nan"), "val_ppl": float("inf"),
+                         "diverged_at_step": 5}], f)
+  table = runner.report_only(cfg, workdir, report=reports.write)
+  assert "nan" not in table and "inf" not in table
+  assert "10.00 ± 0.00 (10.00), diverged (1 of 2 seeds)" in table
+  assert run_folder.RunDir(os.path.dirname(path)).rows()[1]["test_bleu"] is None
+
+
+def test_translations_kept_both_plain_and_gzipped_are_refused_where_they_differ(tmp_path):
+  # The plain file won, silently: a report could compare outputs other than
+  # those of the run's result.json.
+  cfg, workdir = _finished_workdir(tmp_path)
+  table = runner.report_only(cfg, workdir, report=reports.write)
+  run = run_folder.RunDir(os.path.join(workdir, "runs", "multiplicative_d8"))
+  with open(run.translations, "rb") as f:
+    data = f.read()
+  other = data.replace(b'"i j k l"]]', b'"i j k x"]]')
+  assert other != data
+  with open(run.translations_gz, "wb") as f:
+    f.write(gzip.compress(other, mtime=0))
+  with pytest.raises(ValueError) as info:
+    runner.report_only(cfg, workdir, report=reports.write)
+  message = str(info.value)
+  assert run.translations in message and run.translations_gz in message
+  assert "differ" in message and "\n" not in message
+  # The same outputs twice: nothing to choose between.
+  with open(run.translations_gz, "wb") as f:
+    f.write(gzip.compress(data, mtime=0))
+  assert runner.report_only(cfg, workdir, report=reports.write) == table
 
 
 @pytest.mark.parametrize("steps", ['"20"', "null", "true", "[20]"])
