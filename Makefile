@@ -90,6 +90,14 @@ test: $(STAMP) sword
 test-all: $(STAMP) sword
 	$(PY) -m pytest -q -n 2 --dist=loadfile -m "" tests
 
+# The launcher on a real scheduler: a one-node SLURM on this machine (root and
+# Debian's slurm-wlm and munge, installed by scripts/slurm_local.sh; docs/cluster.md),
+# a 2-task array and its report against one driver, then a preempted task's requeue.
+# `make test-all` runs it too; it skips with its reason where there is no root or apt.
+.PHONY: test-slurm
+test-slurm: $(STAMP) sword
+	$(PY) -m pytest -q -m slow tests/experiments/test_launch.py -k slurm
+
 clean-venv:
 	rm -rf $(VENV)
 

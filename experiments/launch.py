@@ -107,6 +107,10 @@ def check_ablation_flags(argv: list[str]) -> str | None:
   return None
 
 
+def _ignore_sigusr2() -> None:
+  signal.signal(signal.SIGUSR2, signal.SIG_IGN)
+
+
 @dataclasses.dataclass
 class ShardTask:
   """One array task: `experiments.ablation ARGV --shard=I/N` as a child
@@ -119,9 +123,16 @@ class ShardTask:
   folder: str
 
   def __call__(self, index: int) -> int:
+    # SLURM's warning signal (SIGUSR2, `--signal`) reaches every process of
+    # the job step, the child too, whose default would be to die of it: the
+    # child ignores it, and is stopped by `checkpoint`'s SIGTERM instead.
     self._child = subprocess.Popen(ablation_command(self.argv, f"--shard={index}/{self.shards}"),
-                                   cwd=ROOT)
-    code = self._child.wait()
+                                   cwd=ROOT, preexec_fn=_ignore_sigusr2)
+    # Polled, not waited for: submitit's SIGUSR2 handler (`checkpoint`) runs in
+    # this thread and waits for the child itself, which it could not while
+    # this frame held the child's wait lock (it would time out, then kill).
+    while (code := self._child.poll()) is None:
+      time.sleep(1)
     mark(self.folder, f"shard-{index}", code)
     if code:
       raise RuntimeError(f"shard {index}/{self.shards}: experiments.ablation exited with {code}")

@@ -154,7 +154,8 @@ def test_a_slurm_array_equals_one_driver_and_a_preempted_task_resumes(single, tm
   checkpoints = workdir2 / "runs" / "additive_d8" / "checkpoints"
   _wait_until(lambda: checkpoints.is_dir() and any(checkpoints.iterdir()), 900,
               "the first checkpoint")
-  subprocess.run(["scancel", "--signal=USR2", "--full", task], env={**os.environ, **env},
+  # To the job's steps, as `--signal=USR2@...` sends it (the batch shell is not signalled).
+  subprocess.run(["scancel", "--signal=USR2", task], env={**os.environ, **env},
                  check=True, timeout=60)
   _wait_until(lambda: task not in _squeue(env) or (folder2 / "shard-0.done").exists(), 1800,
               "the requeued task to finish")
