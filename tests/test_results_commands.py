@@ -121,3 +121,31 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
   assert calls == [
       "experiments.threshold_report --main=results/transformer_lr_cpu/main "
       "--controls=results/transformer_lr_cpu/controls --out=results/transformer_lr_cpu"]
+
+
+def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_path):
+  work = tmp_path / "w"
+  runs = {
+      "coarse": work / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
+      "extra": work / "extra" / "dot_d64" / "learning_rate=0.0018" / "runs" / "dot_d64",
+      "fine": work / "glorot_fine" / "learning_rate=0.0056" / "runs" / "scaled_dot_d16"}
+  for run in runs.values():
+    (run / "checkpoints" / "250").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"step": 250}\n')
+    (run / "result.json").write_text("[]")
+    (run / "test_translations.json").write_text("{}")
+  script = os.path.join(ROOT, "results", "transformer_lr_premise_cpu", "commands.sh")
+  out, calls = _run(tmp_path, "copy", script=script, extra_env={"W": str(work), "PY": "python"})
+  here, glorot = tmp_path / "results" / "transformer_lr_premise_cpu", tmp_path / "results" / \
+      "transformer_lr_cpu"
+  for copied in (here / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
+                 here / "extra" / "dot_d64" / "learning_rate=0.0018" / "runs" / "dot_d64",
+                 glorot / "fine" / "learning_rate=0.0056" / "runs" / "scaled_dot_d16"):
+    assert sorted(os.listdir(copied)) == [
+        "metrics.jsonl", "result.json", "test_translations.json.gz"], copied
+  assert calls == [
+      "experiments.threshold_report --preset=transformer_lr_premise_cpu "
+      "--main=results/transformer_lr_premise_cpu --out=results/transformer_lr_premise_cpu",
+      "experiments.threshold_report --main=results/transformer_lr_cpu/main "
+      "--controls=results/transformer_lr_cpu/controls --fine=results/transformer_lr_cpu/fine "
+      "--out=results/transformer_lr_cpu/refined"]

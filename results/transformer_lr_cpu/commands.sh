@@ -16,34 +16,15 @@ PY="${PY:-.venv/bin/python}"
 HERE=results/transformer_lr_cpu
 MAIN_LRS=3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
 CONTROL_LRS=1e-4,1e-3,1e-2
-RUN_FILES="attention.json config.json metrics.jsonl result.json significance.json test_translations.json"
-
-copy_finished() {  # $1: main or controls
-  local src="$W/$1" result run rel name
-  [ -d "$src" ] || { echo "no $src: nothing of $1 to copy"; return 0; }
-  find "$src" -path '*/runs/*/result.json' | sort | while read -r result; do
-    run=$(dirname "$result")
-    rel=${run#"$src"/}
-    mkdir -p "$HERE/$1/$rel"
-    for name in $RUN_FILES; do
-      if [ ! -f "$run/$name" ]; then continue; fi
-      if [ "$name" = test_translations.json ]; then
-        gzip -9 -n -c "$run/$name" > "$HERE/$1/$rel/$name.gz"
-        rm -f "$HERE/$1/$rel/$name"
-      else
-        cp "$run/$name" "$HERE/$1/$rel/"
-      fi
-    done
-    echo "copied $1/$rel"
-  done
-}
+# shellcheck source=../../scripts/copy_runs.sh
+source "$(dirname "$0")/../../scripts/copy_runs.sh"
 
 case "${1:-}" in
   run) extra=() ;;
   collect) extra=(--report_only) ;;
   copy)
-    copy_finished main
-    copy_finished controls
+    copy_finished_runs "$W/main" "$HERE/main" main
+    copy_finished_runs "$W/controls" "$HERE/controls" controls
     exec "$PY" -m experiments.threshold_report --main="$HERE/main" --controls="$HERE/controls" \
         --out="$HERE" ;;
   *) echo "usage: $0 run|collect|copy" >&2; exit 2 ;;

@@ -22,27 +22,8 @@ GLOROT=results/transformer_lr_cpu
 COARSE_LRS=1e-4,3.2e-4,1e-3,3.2e-3,1e-2,3.2e-2
 FINE_LRS=1.8e-3,5.6e-3,1.8e-2
 PRESET=transformer_lr_premise_cpu
-RUN_FILES="attention.json config.json metrics.jsonl result.json significance.json test_translations.json"
-
-copy_finished() {  # $1: source workdir, $2: destination
-  local src="$1" result run rel name
-  [ -d "$src" ] || { echo "no $src: nothing to copy"; return 0; }
-  find "$src" -path '*/runs/*/result.json' | sort | while read -r result; do
-    run=$(dirname "$result")
-    rel=${run#"$src"/}
-    mkdir -p "$2/$rel"
-    for name in $RUN_FILES; do
-      if [ ! -f "$run/$name" ]; then continue; fi
-      if [ "$name" = test_translations.json ]; then
-        gzip -9 -n -c "$run/$name" > "$2/$rel/$name.gz"
-        rm -f "$2/$rel/$name"
-      else
-        cp "$run/$name" "$2/$rel/"
-      fi
-    done
-    echo "copied $2/$rel"
-  done
-}
+# shellcheck source=../../scripts/copy_runs.sh
+source "$(dirname "$0")/../../scripts/copy_runs.sh"
 
 plan() {  # $1: the premise grid's root; prints "SCORE DIM RATES" lines
   "$PY" -m experiments.threshold_report --preset=$PRESET --main="$1" --plan
@@ -85,11 +66,12 @@ case "${1:-}" in
   collect)
     reports "$W" "$GLOROT/main" "$GLOROT/controls" "$W/glorot_fine" "$W/report" "$W/report_glorot" ;;
   copy)
-    copy_finished "$W/coarse" "$HERE/coarse"
+    copy_finished_runs "$W/coarse" "$HERE/coarse" "$HERE/coarse"
     [ ! -d "$W/extra" ] || for pair in "$W"/extra/*/; do
-      copy_finished "${pair%/}" "$HERE/extra/$(basename "$pair")"
+      copy_finished_runs "${pair%/}" "$HERE/extra/$(basename "$pair")" \
+          "$HERE/extra/$(basename "$pair")"
     done
-    copy_finished "$W/glorot_fine" "$GLOROT/fine"
+    copy_finished_runs "$W/glorot_fine" "$GLOROT/fine" "$GLOROT/fine"
     if [ -d "$HERE/coarse" ]; then
       reports "$HERE" "$GLOROT/main" "$GLOROT/controls" "$GLOROT/fine" "$HERE" "$GLOROT/refined"
     fi ;;
