@@ -102,9 +102,10 @@ def fake_train_job(job, *, log, deadline) -> bool:
   return _fake_train(job.config, job.run, job.arm, job.label, log)
 
 
-def fake_train_group(cfg, run_dir, arm, data, *, mesh, log, deadline, label) -> bool:
+def fake_train_group(cfg, run_dir, arm, data, *, mesh, log, deadline, label,
+                     sweep=None) -> bool:
   """`runner.train_group` in the driver (one run after another)."""
-  del data, mesh, deadline
+  del data, mesh, deadline, sweep
   return _fake_train(cfg, run_dir, arm, label, log)
 
 
