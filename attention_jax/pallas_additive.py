@@ -18,13 +18,36 @@ chunk of `a` at a time, and the backward recomputes each tile's tanh and
 weights from the saved log-sum-exp (FlashAttention-2's scheme). Memory is
 O(N·T·a) for the projections and nothing of size Tq·Tk.
 
-Three kernels, each with a `(N, blocks)` grid of independent programs:
+Kernels, each with a `(N, blocks)` grid of independent programs:
 - forward, one query block per program, a loop over the key blocks;
-- `dq`, the same layout, the gradient of the projected queries;
-- `dkv`, one key block per program, a loop over the query blocks: the
-  gradients of the projected keys, the values and (as per-block partial sums)
-  `v`. It computes the transposed tiles (keys as rows), which the score's
-  form `tanh(q'_i + k'_j)` allows without a transpose in the kernel.
+- the backward, one key block per program, a loop over the query blocks,
+  computing the transposed tiles (keys as rows, which the score's form
+  `tanh(q'_i + k'_j)` allows without a transpose in the kernel): the
+  gradients of the projected keys, the values and (as per-block partial
+  sums) `v`, and in the `fused` form also the projected queries' gradient,
+  which every key block adds into atomically;
+- or, in the `split` form (`backward="split"`), that kernel without the
+  queries' gradient (`dkv`) and a `dq` kernel in the forward's layout.
+
+Tanh evaluations per (query, key, feature), the cost that bounds these
+kernels on a GPU (`roofline`): the forward computes each once; the backward
+twice in each kernel that needs the weights (once summed into the score
+tile, from which the weights come, and once more for the tile's gradient,
+since the score needs every chunk of `a` before the weights are known and a
+whole `[rows, cols, a]` tanh tile does not fit a kernel's registers). So
+`fused` takes 1 + 2 = 3, `split` 1 + 2 + 2 = 5 (`tanh_evaluations` counts
+them in the traced kernels). `fused` pays with atomic float additions
+(`N · Tk/rows · Tq · a` of them) whose order varies from run to run on a
+GPU, so its queries' gradient is not bit-reproducible there. `fused` is the
+default in interpret mode on a CPU, where it is tested; `split` on a TPU
+(Mosaic has no atomic add, and the alternative, the queries' gradient of a
+whole head resident in VMEM over a sequential grid axis, is neither written
+nor compiled) and, until a GPU has compiled, checked and timed the fused
+kernel, on a GPU (`backward="fused"` asks for it there).
+
+`tanh_impl="approx"` takes tanh from the GPU's special-function unit
+(`tanh.approx.f32`, one instruction) instead of libdevice's accurate `tanhf`;
+in interpret mode a model of its error stands in (`approx_tanh_model`).
 
 Layout: `a` is cut into chunks of `chunk` features and the chunk index is a
 leading axis (`[N, C, T, chunk]`), so that a kernel picks a chunk by a
@@ -59,7 +82,13 @@ from attention_jax import _validate
 from attention_jax import blockwise
 
 __all__ = ["additive_attention", "additive_attention_projected", "Blocks", "default_blocks",
-           "cost_estimates", "tpu_vmem_bytes", "TPU_VMEM_LIMIT_BYTES"]
+           "default_backward", "cost_estimates", "tpu_vmem_bytes", "TPU_VMEM_LIMIT_BYTES",
+           "GpuRates", "H100_SXM", "H200_SXM", "roofline", "tanh_evaluations",
+           "approx_tanh_model", "APPROX_TANH_MAX_REL_ERROR", "tile_candidates",
+           "GPU_TILE_FLOATS_PER_THREAD", "GPU_SHARED_MEMORY_BYTES", "BACKWARDS", "TANH_IMPLS"]
+
+BACKWARDS = ("fused", "split")
+TANH_IMPLS = ("accurate", "approx")
 
 # The most VMEM a kernel may ask Mosaic for on a TPU (v5e has 128 MiB per
 # core; Mosaic's default scoped limit is 16 MiB, which the kernels exceed at
@@ -67,18 +96,75 @@ __all__ = ["additive_attention", "additive_attention_projected", "Blocks", "defa
 # keys, or queries, whole in VMEM). What is left is for Mosaic's own scratch.
 TPU_VMEM_LIMIT_BYTES = 100 * 2 ** 20
 
+# What a Triton kernel's tanh tile may take per thread (float32 values,
+# `rows · cols · chunk / (32 · num_warps)`): the default tile, 16 × 16 × 32
+# over 4 warps, is 64, and with it ptxas gave the forward, `dq` and `dkv`
+# kernels 128, 168 and 227 registers for `sm_90a` and no spills
+# (results/compile_check/pallas_additive, commit d094991), against the 255 a
+# thread may have (CUDA C++ Programming Guide, technical specifications per
+# compute capability). Larger tiles per thread are not offered by
+# `tile_candidates`: nothing has shown that they fit without spilling.
+GPU_TILE_FLOATS_PER_THREAD = 64
+# Shared memory one thread block may have on an H100 / H200 (compute
+# capability 9.0: 227 KB; CUDA C++ Programming Guide, same table). Triton
+# stages a dot's operands and cross-warp reductions there; `tile_candidates`
+# charges a tile's tanh values, its score tile and the dot's operands to it.
+GPU_SHARED_MEMORY_BYTES = 227 * 1024
+
+# tanh.approx.f32 (one MUFU.TANH instruction since sm_75) has a maximum
+# relative error of 1.113e-5 over all float32 inputs (N. Juffa's exhaustive
+# measurement, NVIDIA developer forums, "Hardware-accelerated tanh() on
+# Turing", 2021; the PTX ISA gives no figure). `approx_tanh_model`, which
+# interpret mode uses in its place, measured 1.5281e-5 over a dense grid
+# against float64 (tests/test_pallas_additive.py). The tests derive the
+# approximate kernels' tolerances from this bound, above both.
+APPROX_TANH_MAX_REL_ERROR = 1.6e-5
+
+
+@dataclasses.dataclass(frozen=True)
+class GpuRates:
+  """Per-second peaks of one GPU for `roofline`: `fp32_flops` (FP32 FMA
+  pipes, an FMA counted as 2; the kernels' float32 dots run there too: they
+  ask for full precision, which Triton lowers to IEEE FMAs, not tensor
+  cores), `sfu_ops` (special-function results: tanh, exp, reciprocal) and
+  HBM `bandwidth` in bytes."""
+  name: str
+  fp32_flops: float
+  sfu_ops: float
+  bandwidth: float
+
+
+# H100 SXM5 and H200 SXM: the same GH100 chip, 132 SMs, boost clock 1.98 GHz.
+# FP32: 67 TFLOP/s (NVIDIA's H100 and H200 data sheets; 132 · 128 lanes · 2 ·
+# 1.98 GHz). SFU: 16 results per clock per SM (CUDA C++ Programming Guide,
+# throughput of native arithmetic instructions, compute capability 9.0: 32-bit
+# reciprocal, reciprocal square root, base-2 exponential and logarithm, sine,
+# cosine; tanh.approx is not in that table and is assumed to share the rate),
+# 16 · 132 · 1.98e9 = 4.18e12 per second. FlashAttention-3 (Shah et al.
+# 2024, section 3) gives 3.9 TFLOPS of special functions for the H100 SXM5,
+# the same count at 1.83 GHz, the clock NVIDIA's 989 TFLOP/s dense bf16
+# figure implies; the higher clock is taken so that the floor stays a lower
+# bound. HBM: 3.35 TB/s (H100 SXM5), 4.8 TB/s (H200; data sheets).
+_SFU_PER_CLOCK_PER_SM, _SMS, _BOOST_HZ = 16, 132, 1.98e9
+H100_SXM = GpuRates("H100 SXM", fp32_flops=67e12,
+                    sfu_ops=_SFU_PER_CLOCK_PER_SM * _SMS * _BOOST_HZ, bandwidth=3.35e12)
+H200_SXM = GpuRates("H200 SXM", fp32_flops=67e12,
+                    sfu_ops=_SFU_PER_CLOCK_PER_SM * _SMS * _BOOST_HZ, bandwidth=4.8e12)
+
 
 @dataclasses.dataclass(frozen=True)
 class Blocks:
   """Tile sizes: `rows` (on sublanes: queries in the forward and `dq`
-  kernels, keys in `dkv`), `cols` (on lanes: the other side), `chunk` (the
-  features of `a` in one tanh tile). The tanh tile is `rows × cols × chunk`."""
+  kernels, keys in the backward's), `cols` (on lanes: the other side),
+  `chunk` (the features of `a` in one tanh tile). The tanh tile is
+  `rows × cols × chunk`. `num_warps`: Triton's warps per program (GPU only)."""
   rows: int
   cols: int
   chunk: int
+  num_warps: int = 4
 
   def __post_init__(self):
-    for name in ("rows", "cols", "chunk"):
+    for name in ("rows", "cols", "chunk", "num_warps"):
       _validate.positive_int(getattr(self, name), name)
 
 
@@ -87,12 +173,22 @@ def default_blocks(platform: str) -> Blocks:
   128-wide chunks (Mosaic slices lanes at multiples of 128; a 512 KiB tanh
   tile). GPU (Triton): powers of two of at least 16 (its `dot` needs them),
   `16 × 16 × 32`, 8k float32 values, 64 per thread of 4 warps. Interpret
-  mode (CPU): small tiles. None of them is tuned: no device has timed them."""
+  mode (CPU): small tiles. None of them is tuned: no device has timed them
+  (`tile_candidates` lists the tiles the benchmark's tile search times)."""
   if platform == "tpu":
     return Blocks(8, 128, 128)
   if platform == "gpu":
     return Blocks(16, 16, 32)
   return Blocks(8, 8, 8)
+
+
+def default_backward(platform: str) -> str:
+  """`fused` (3 tanh evaluations per element over forward and backward) on a
+  CPU, i.e. in interpret mode, where it is tested; `split` (5) on a TPU,
+  whose Mosaic kernels have no atomic add, and on a GPU until the fused
+  kernel has been compiled and timed there (its atomic adds and registers
+  are unmeasured; the module docstring)."""
+  return "fused" if platform == "cpu" else "split"
 
 
 def _platform() -> str:
@@ -114,6 +210,8 @@ class _Config:
   masked: bool
   mask_per_query: bool  # the mask has a query axis (else [Nm, 1, Tk])
   mask_per_head: bool  # the mask differs along N (else [1, Tqm, Tk])
+  backward: str = "fused"  # BACKWARDS
+  tanh_impl: str = "accurate"  # TANH_IMPLS
 
 
 def _dot(a, b, contract_b: int):
@@ -127,10 +225,42 @@ def _dot(a, b, contract_b: int):
 
 
 # ----------------------------------------------------------------------------
+# tanh.
+
+
+def approx_tanh_model(x):
+  """What interpret mode computes for `tanh_impl="approx"`: float32 tanh with
+  the 7 lowest of its 23 fraction bits cleared, i.e. rounded towards zero to
+  16 bits, a relative error below 2^-16 (plus the float32 tanh's own, at most
+  2.7e-7 on XLA's CPU; 1.5281e-5 together, measured) and never larger in
+  magnitude than tanh, so |result| ≤ 1.
+
+  Why a model and not a formula: interpret mode exists for the tests, and a
+  test of the approximate kernels is worth having only if it sees at least
+  the error the GPU's tanh.approx.f32 makes (1.113e-5 at most,
+  `APPROX_TANH_MAX_REL_ERROR`). An accurate CPU formula would hide it; this
+  one is a little worse than the instruction and errs in one direction, the
+  harder case for the sums over `a`."""
+  t = jnp.tanh(x.astype(jnp.float32))
+  bits = jax.lax.bitcast_convert_type(t, jnp.uint32)
+  return jax.lax.bitcast_convert_type(bits & jnp.uint32(0xFFFFFF80), jnp.float32)
+
+
+def _tanh(x, cfg: _Config):
+  """tanh of a float32 tile as the configured kernels take it."""
+  if cfg.tanh_impl == "accurate":
+    return jnp.tanh(x)  # Triton: libdevice's __nv_tanhf
+  if cfg.interpret:
+    return approx_tanh_model(x)
+  from jax.experimental.pallas import triton as pltriton  # pylint: disable=g-import-not-at-top
+  return pltriton.approx_tanh(x)  # one tanh.approx.f32 per element
+
+
+# ----------------------------------------------------------------------------
 # Kernel bodies (refs: Pallas blocks; shapes given without the squeezed N axis).
 
 
-def _tile_scores(rows_ref, cols_ref, v_ref, start, cols: int, chunks: int):
+def _tile_scores(cfg: _Config, rows_ref, cols_ref, v_ref, start, cols: int, chunks: int):
   """`s[r, c] = Σ_f v_f tanh(rows[r, f] + cols[start + c, f])`, float32
   `[R, cols]`, one chunk of features at a time.
 
@@ -140,25 +270,34 @@ def _tile_scores(rows_ref, cols_ref, v_ref, start, cols: int, chunks: int):
     x = rows_ref[f].astype(jnp.float32)  # [R, chunk]
     y = cols_ref[f, pl.ds(start, cols), :].astype(jnp.float32)  # [cols, chunk]
     w = v_ref[f].astype(jnp.float32)  # [1, chunk]
-    hidden = jnp.tanh(x[:, None, :] + y[None, :, :])  # [R, cols, chunk]
+    hidden = _tanh(x[:, None, :] + y[None, :, :], cfg)  # [R, cols, chunk]
     return acc + jnp.sum(hidden * w[None], axis=-1)  # [R, cols]
 
   init = jnp.zeros((rows_ref.shape[1], cols), jnp.float32)
   return jax.lax.fori_loop(0, chunks, chunk, init)
 
 
-def _tile_gradients(rows_ref, cols_ref, v_ref, start, cols: int, chunks: int, d_scores,
-                    d_rows_ref, d_v_ref=None):
+def _tile_gradients(cfg: _Config, rows_ref, cols_ref, v_ref, start, cols: int, chunks: int,
+                    d_scores, d_rows_ref, d_v_ref=None, d_cols_ref=None):
   """Adds the tile's share of the gradients, with `g = ds · (1 - tanh²)`:
-  `d_rows[f] += v_f Σ_c g[:, c, f]` and, if `d_v_ref` is given,
-  `d_v[f] += Σ_{r, c} ds · tanh`. `d_scores` float32 `[R, cols]`."""
+  `d_rows[f] += v_f Σ_c g[:, c, f]`; if `d_v_ref` is given,
+  `d_v[f] += Σ_{r, c} ds · tanh`; if `d_cols_ref` is given (the whole head's
+  `[C, T, chunk]`, which other programs add into at the same time),
+  `d_cols[f, start + c] += v_f Σ_r g[r, c, f]` atomically. One tanh per
+  element: both sides' gradients come from the same `g`. `d_scores` float32
+  `[R, cols]`."""
   def chunk(f, carry):
     x = rows_ref[f].astype(jnp.float32)  # [R, chunk]
     y = cols_ref[f, pl.ds(start, cols), :].astype(jnp.float32)  # [cols, chunk]
     w = v_ref[f].astype(jnp.float32)  # [1, chunk]
-    hidden = jnp.tanh(x[:, None, :] + y[None, :, :])  # [R, cols, chunk]
+    hidden = _tanh(x[:, None, :] + y[None, :, :], cfg)  # [R, cols, chunk]
     ds = d_scores[:, :, None]  # [R, cols, 1]
-    d_rows_ref[f] += w * jnp.sum(ds * (1.0 - hidden * hidden), axis=1)  # [R, chunk]
+    g = ds * (1.0 - hidden * hidden)  # [R, cols, chunk]
+    d_rows_ref[f] += w * jnp.sum(g, axis=1)  # [R, chunk]
+    if d_cols_ref is not None:
+      from jax.experimental.pallas import triton as pltriton  # pylint: disable=g-import-not-at-top
+      pltriton.atomic_add(d_cols_ref, (f, pl.ds(start, cols), slice(None)),
+                          w * jnp.sum(g, axis=0))  # [cols, chunk]
     if d_v_ref is not None:
       d_v_ref[f] += jnp.sum(jnp.sum(ds * hidden, axis=0), axis=0, keepdims=True)  # [1, chunk]
     return carry
@@ -192,7 +331,7 @@ def _forward_kernel(q_ref, k_ref, values_ref, v_ref, *refs, cfg: _Config, chunks
   def key_block(j, carry):
     m_prev, l_prev, acc = carry
     start = pl.multiple_of(j * cols, cols)
-    s = _tile_scores(q_ref, k_ref, v_ref, start, cols, chunks)  # [R, cols]
+    s = _tile_scores(cfg, q_ref, k_ref, v_ref, start, cols, chunks)  # [R, cols]
     ok = _valid(cfg, mask_ref, 0, start, rows, cols, keys_on_rows=False)
     s = jnp.where(ok, s, -jnp.inf)
     m_next = jnp.maximum(m_prev, jnp.max(s, axis=-1, keepdims=True))  # [R, 1]
@@ -224,11 +363,11 @@ def _dq_kernel(q_ref, k_ref, values_ref, v_ref, *refs, cfg: _Config, chunks: int
 
   def key_block(j, carry):
     start = pl.multiple_of(j * cols, cols)
-    s = _tile_scores(q_ref, k_ref, v_ref, start, cols, chunks)  # [R, cols]
+    s = _tile_scores(cfg, q_ref, k_ref, v_ref, start, cols, chunks)  # [R, cols]
     ok = _valid(cfg, mask_ref, 0, start, rows, cols, keys_on_rows=False)
     p = jnp.where(ok, jnp.exp(s - lse), 0.0)  # the weights; 0 where lse = +inf
     d_p = _dot(d_out, values_ref[pl.ds(start, cols), :], 1)  # [R, cols]
-    _tile_gradients(q_ref, k_ref, v_ref, start, cols, chunks, p * (d_p - delta), dq_ref)
+    _tile_gradients(cfg, q_ref, k_ref, v_ref, start, cols, chunks, p * (d_p - delta), dq_ref)
     return carry
 
   jax.lax.fori_loop(0, cfg.tk // cols, key_block, 0)
@@ -240,8 +379,15 @@ def _dkv_kernel(k_ref, q_ref, values_ref, v_ref, *refs, cfg: _Config, chunks: in
   # mask_ref [R, Tq or 1] (the transposed mask), lse_ref / delta_ref [1, Tq],
   # d_out_ref [Tq, dv]; out: dk_ref [C, R, chunk], d_values_ref [R, dv],
   # dv_ref [C, 1, chunk] (this key block's share of v's gradient), float32.
-  mask_ref, lse_ref, delta_ref, d_out_ref, dk_ref, d_values_ref, dv_ref = (
-      refs if cfg.masked else (None,) + refs)
+  # Fused (`cfg.backward`): also an input of zeros aliased to dq_ref, the
+  # whole head's [C, Tq, chunk] queries' gradient, which every key block's
+  # program adds into (the input's ref itself is not read).
+  refs = refs if cfg.masked else (None,) + refs
+  if cfg.backward == "fused":
+    mask_ref, lse_ref, delta_ref, d_out_ref, _, dk_ref, d_values_ref, dv_ref, dq_ref = refs
+  else:
+    mask_ref, lse_ref, delta_ref, d_out_ref, dk_ref, d_values_ref, dv_ref = refs
+    dq_ref = None
   rows, cols = cfg.blocks.rows, cfg.blocks.cols
   for ref in (dk_ref, d_values_ref, dv_ref):
     ref[...] = jnp.zeros(ref.shape, ref.dtype)
@@ -250,7 +396,7 @@ def _dkv_kernel(k_ref, q_ref, values_ref, v_ref, *refs, cfg: _Config, chunks: in
 
   def query_block(i, carry):
     start = pl.multiple_of(i * cols, cols)
-    s_t = _tile_scores(k_ref, q_ref, v_ref, start, cols, chunks)  # [R keys, cols queries]
+    s_t = _tile_scores(cfg, k_ref, q_ref, v_ref, start, cols, chunks)  # [R keys, cols queries]
     ok = _valid(cfg, None, row_start, start, rows, cols, keys_on_rows=True)
     if mask_ref is not None:
       m = mask_ref[:, pl.ds(start, cols)] if cfg.mask_per_query else mask_ref[...]
@@ -260,7 +406,8 @@ def _dkv_kernel(k_ref, q_ref, values_ref, v_ref, *refs, cfg: _Config, chunks: in
     d_values_ref[...] += _dot(p_t.astype(d_out.dtype), d_out, 0)  # [R, dv]
     d_p_t = _dot(values, d_out, 1)  # [R, cols]
     d_s_t = p_t * (d_p_t - delta_ref[:, pl.ds(start, cols)])
-    _tile_gradients(k_ref, q_ref, v_ref, start, cols, chunks, d_s_t, dk_ref, dv_ref)
+    _tile_gradients(cfg, k_ref, q_ref, v_ref, start, cols, chunks, d_s_t, dk_ref, dv_ref,
+                    d_cols_ref=dq_ref)
     return carry
 
   jax.lax.fori_loop(0, cfg.tq // cols, query_block, 0)
@@ -271,33 +418,150 @@ def _dkv_kernel(k_ref, q_ref, values_ref, v_ref, *refs, cfg: _Config, chunks: in
 
 
 def cost_estimates(n: int, tq: int, tk: int, a: int, dv: int, itemsize: int = 4,
-                   mask_bytes: int = 0) -> dict[str, dict[str, int]]:
-  """`{'forward' | 'dq' | 'dkv': {flops, transcendentals, bytes_accessed}}`
-  of the three kernels at these (padded) sizes, for `pl.CostEstimate`.
+                   mask_bytes: int = 0, backward: str = "split") -> dict[str, dict[str, int]]:
+  """`{kernel: {flops, transcendentals, bytes_accessed}}` of the kernels at
+  these (padded) sizes, for `pl.CostEstimate`: `forward`, then `dq` and `dkv`
+  (`backward="split"`) or `backward` (`"fused"`).
 
   Per (query, key, feature): the forward adds, takes tanh, multiplies by v
   and sums (3 FLOPs, 1 tanh); each backward kernel recomputes that and then
   forms `ds · (1 - h²)` and sums it (4 more), `dkv` also `ds · h` summed
-  (2 more). Per (query, key): the softmax (~5) and one exp, and `2·dv` per
-  matmul with the values (one in the forward and `dq`, two in `dkv`).
-  Bytes: every operand and result once (the kernels keep one head's keys or
-  queries in fast memory while they loop over them).
+  (2 more); the fused one recomputes the score (3), adds again before its
+  second tanh, forms `ds · (1 - h²)` (4) and sums it both ways (2), and
+  `ds · h` summed (2): 11. Per (query, key): the softmax (~5) and one exp,
+  and `2·dv` per matmul with the values (one in the forward and `dq`, two in
+  `dkv` and the fused kernel). Bytes: every operand and result once (the
+  kernels keep one head's keys or queries in fast memory while they loop over
+  them; the fused kernel's atomic additions are counted as one write of the
+  queries' gradient, though they go to L2 once per key block).
   """
+  if backward not in BACKWARDS:
+    raise ValueError(f"`backward` must be one of {BACKWARDS}, got {backward!r}.")
   pairs = n * tq * tk
   proj = n * (tq + tk) * a * itemsize
   vals = n * tk * dv * itemsize
   rows_out = n * tq * dv * itemsize
   stats = n * tq * 4
-  return {
-      "forward": dict(flops=pairs * (3 * a + 2 * dv + 5), transcendentals=pairs * (a + 1),
-                      bytes_accessed=proj + vals + rows_out + stats + mask_bytes),
-      "dq": dict(flops=pairs * (7 * a + 2 * dv + 5), transcendentals=pairs * (2 * a + 1),
-                 bytes_accessed=proj + vals + rows_out + 2 * stats + n * tq * a * 4
-                 + mask_bytes),
-      "dkv": dict(flops=pairs * (9 * a + 4 * dv + 5), transcendentals=pairs * (2 * a + 1),
-                  bytes_accessed=proj + vals + rows_out + 2 * stats
-                  + n * tk * (a + dv) * 4 + mask_bytes),
-  }
+  costs = {"forward": dict(flops=pairs * (3 * a + 2 * dv + 5), transcendentals=pairs * (a + 1),
+                           bytes_accessed=proj + vals + rows_out + stats + mask_bytes)}
+  dkv_bytes = (proj + vals + rows_out + 2 * stats + n * tk * (a + dv) * 4 + mask_bytes)
+  if backward == "fused":
+    costs["backward"] = dict(flops=pairs * (11 * a + 4 * dv + 5),
+                             transcendentals=pairs * (2 * a + 1),
+                             bytes_accessed=dkv_bytes + n * tq * a * 4)
+    return costs
+  costs["dq"] = dict(flops=pairs * (7 * a + 2 * dv + 5), transcendentals=pairs * (2 * a + 1),
+                     bytes_accessed=proj + vals + rows_out + 2 * stats + n * tq * a * 4
+                     + mask_bytes)
+  costs["dkv"] = dict(flops=pairs * (9 * a + 4 * dv + 5), transcendentals=pairs * (2 * a + 1),
+                      bytes_accessed=dkv_bytes)
+  return costs
+
+
+def roofline(n: int, tq: int, tk: int, a: int, dv: int, *, backward: str = "fused",
+             passes: str = "fwd_bwd", rates: GpuRates = H200_SXM, itemsize: int = 4,
+             sfu_per_tanh: int = 1, rows: int | None = None) -> dict:
+  """The kernels' time floor on a GPU at these (padded) sizes, counting the
+  special-function work apart from the FLOPs and bytes:
+  `max(flops / rates.fp32_flops, sfu_ops / rates.sfu_ops, bytes / rates.bandwidth)`.
+
+  `passes`: "fwd" (the forward kernel) or "fwd_bwd" (forward and backward).
+  `backward`: "fused" (3 tanh evaluations per (query, key, feature) over
+  forward and backward) or "split" (5). `sfu_per_tanh`: special-function
+  results one tanh takes; 1 for tanh.approx.f32 (MUFU.TANH); libdevice's
+  accurate tanhf may take more (an exp2 and a reciprocal: 2) besides FMAs on
+  the FP32 pipe, which is not verified here, so 1 keeps the floor a lower
+  bound. Exps (one per (query, key) and kernel) are special functions too.
+  FLOPs and bytes are `cost_estimates`'. Atomic additions (fused: one per
+  query, feature and block of `rows` keys, default the GPU's) are counted
+  (`atomic_adds`) but not timed: no published rate for them is used.
+
+  Returns `{tanh, sfu_ops, flops, bytes, flops_s, sfu_s, bytes_s, floor_s,
+  bound, atomic_adds}` (`bound`: which term is the floor).
+  """
+  if passes not in ("fwd", "fwd_bwd"):
+    raise ValueError(f"`passes` must be 'fwd' or 'fwd_bwd', got {passes!r}.")
+  costs = cost_estimates(n, tq, tk, a, dv, itemsize, backward=backward)
+  kernels = ["forward"] if passes == "fwd" else list(costs)
+  pairs = n * tq * tk
+  tanh_per_element = {"forward": 1, "backward": 2, "dq": 2, "dkv": 2}
+  tanh = sum(tanh_per_element[k] for k in kernels) * pairs * a
+  exps = sum(costs[k]["transcendentals"] for k in kernels) - tanh
+  flops = sum(costs[k]["flops"] for k in kernels)
+  nbytes = sum(costs[k]["bytes_accessed"] for k in kernels)
+  sfu_ops = sfu_per_tanh * tanh + exps
+  terms = {"flops": flops / rates.fp32_flops, "sfu": sfu_ops / rates.sfu_ops,
+           "bytes": nbytes / rates.bandwidth}
+  bound = max(terms, key=terms.get)
+  rows = default_blocks("gpu").rows if rows is None else rows
+  atomic_adds = (n * -(-tk // rows) * tq * a
+                 if backward == "fused" and passes == "fwd_bwd" else 0)
+  return dict(tanh=tanh, sfu_ops=sfu_ops, flops=flops, bytes=nbytes, flops_s=terms["flops"],
+              sfu_s=terms["sfu"], bytes_s=terms["bytes"], floor_s=terms[bound], bound=bound,
+              atomic_adds=atomic_adds)
+
+
+def tanh_evaluations(jaxpr) -> dict[str, int]:
+  """`{kernel name: tanh values computed}` over the Pallas calls of a traced
+  program (`jax.make_jaxpr(f)(...)`, e.g. of a `jax.grad`), each call's
+  count summed over its whole grid.
+
+  How it counts: in each `pallas_call`'s kernel jaxpr, every `tanh`
+  primitive, or inline assembly running `tanh.approx` (the approximate GPU
+  form), adds the elements of its result, times the trip counts of the
+  `scan`s (the kernels' `fori_loop`s with static bounds) around it; a `cond`
+  adds its costliest branch; the kernel's total is multiplied by the number
+  of programs in its grid. This is what runs, tanh by tanh, since each
+  program evaluates its whole body. A tanh inside a `while` loop (unknown
+  trip count) raises. Dividing by `N·Tq·Tk·a` (padded) gives evaluations per
+  (query, key, feature).
+  """
+  def is_tanh(eqn) -> bool:
+    name = eqn.primitive.name
+    # The inline-assembly primitive is "elementwise_inline_asm_p" in jax 0.10.
+    return name == "tanh" or (name.startswith("elementwise_inline_asm")
+                              and "tanh" in str(eqn.params.get("asm", "")))
+
+  def body(inner) -> int:
+    total = 0
+    for eqn in inner.eqns:
+      name = eqn.primitive.name
+      if is_tanh(eqn):
+        total += math.prod(eqn.outvars[0].aval.shape)
+      elif name == "scan":
+        total += eqn.params["length"] * body(eqn.params["jaxpr"].jaxpr)
+      elif name == "cond":
+        total += max(body(b.jaxpr) for b in eqn.params["branches"])
+      elif name == "while":
+        if any(body(sub) for sub in _sub_jaxprs(eqn.params)):
+          raise ValueError("a tanh inside a while loop: its trip count is unknown.")
+      else:
+        total += sum(body(sub) for sub in _sub_jaxprs(eqn.params))
+    return total
+
+  counts: dict[str, int] = {}
+
+  def walk(inner):
+    for eqn in inner.eqns:
+      if eqn.primitive.name == "pallas_call":
+        name = str(eqn.params.get("name") or "pallas_call")
+        programs = math.prod(eqn.params["grid_mapping"].grid)
+        counts[name] = counts.get(name, 0) + programs * body(eqn.params["jaxpr"])
+        continue
+      for sub in _sub_jaxprs(eqn.params):
+        walk(sub)
+
+  walk(getattr(jaxpr, "jaxpr", jaxpr))
+  return counts
+
+
+def _sub_jaxprs(params):
+  """The jaxprs held in an equation's parameters (a ClosedJaxpr's inner one)."""
+  for value in params.values():
+    for item in value if isinstance(value, (tuple, list)) else (value,):
+      inner = getattr(item, "jaxpr", item)
+      if hasattr(inner, "eqns"):
+        yield inner
 
 
 def _tile_bytes(shape, itemsize: int = 4) -> int:
@@ -327,6 +591,60 @@ def tpu_vmem_bytes(tq: int, tk: int, a: int, dv: int, blocks: Blocks, masked: bo
   return 2 * max(fwd, dq, dkv) + tile
 
 
+def _powers_of_two(low: int, high: int) -> list[int]:
+  return [1 << e for e in range(low.bit_length() - 1, high.bit_length()) if low <= 1 << e <= high]
+
+
+def tile_candidates(platform: str, tq: int, tk: int, a: int, dv: int = 64,
+                    masked: bool = False) -> list[Blocks]:
+  """The tiles the benchmark's tile search times
+  (`experiments/benchmarks/additive.py`), smallest tanh tile first.
+
+  GPU (Triton): `rows`, `cols` and `chunk` powers of two from 16 (Triton's
+  dot needs 16 on the score tile's sides; 16 float32 features keep each
+  row's loads 64 bytes wide), none beyond what it tiles (the longer of Tq
+  and Tk, or a, rounded up to a power of two), 4 or 8 warps; kept when the
+  tanh tile takes at most `GPU_TILE_FLOATS_PER_THREAD` values per thread and
+  the tanh tile, the score tile and the dots' operands fit
+  `GPU_SHARED_MEMORY_BYTES` (the register budget binds first: 64 per thread
+  of 8 warps is 64 KiB). TPU: `rows` 8–64 (sublanes), `cols` and `chunk`
+  128–512 (lanes), within `TPU_VMEM_LIMIT_BYTES` by `tpu_vmem_bytes`.
+  """
+  for name, value in (("tq", tq), ("tk", tk), ("a", a), ("dv", dv)):
+    _validate.positive_int(value, name)
+  t = max(tq, tk)
+  found = []
+  if platform == "gpu":
+    dv_pad = max(16, 1 << (dv - 1).bit_length())
+    side = _powers_of_two(16, max(16, 1 << (t - 1).bit_length()))
+    chunks = _powers_of_two(16, max(16, 1 << (a - 1).bit_length()))
+    for rows in side:
+      for cols in side:
+        for chunk in chunks:
+          for warps in (4, 8):
+            tile = rows * cols * chunk
+            shared = 4 * (tile + rows * cols + (rows + cols) * dv_pad)
+            if (tile <= GPU_TILE_FLOATS_PER_THREAD * 32 * warps
+                and shared <= GPU_SHARED_MEMORY_BYTES):
+              found.append(Blocks(rows, cols, chunk, warps))
+  elif platform == "tpu":
+    for rows in (8, 16, 32, 64):
+      for cols in (128, 256, 512):
+        for chunk in (128, 256, 512):
+          if rows > _round_up(t, 8) or cols > _round_up(t, 128) or chunk > _round_up(a, 128):
+            continue
+          blocks = Blocks(rows, cols, chunk)
+          step = math.lcm(rows, cols)
+          need = tpu_vmem_bytes(_round_up(tq, step), _round_up(tk, step), _round_up(a, chunk),
+                                dv, blocks, masked)
+          if need <= TPU_VMEM_LIMIT_BYTES:
+            found.append(blocks)
+  else:
+    raise ValueError(f"`platform` must be 'gpu' or 'tpu', got {platform!r}.")
+  return sorted(found, key=lambda b: (b.rows * b.cols * b.chunk, b.rows, b.cols, b.chunk,
+                                      b.num_warps))
+
+
 # ----------------------------------------------------------------------------
 # pallas_call wrappers.
 
@@ -339,7 +657,7 @@ def _compiler_params(cfg: _Config, vmem_bytes: int):
     return pltpu.CompilerParams(dimension_semantics=("parallel", "parallel"),
                                 vmem_limit_bytes=int(vmem_bytes))
   from jax.experimental.pallas import triton as pltriton  # pylint: disable=g-import-not-at-top
-  return pltriton.CompilerParams(num_warps=4, num_stages=2)
+  return pltriton.CompilerParams(num_warps=cfg.blocks.num_warps, num_stages=2)
 
 
 def _spec(block, index):
@@ -348,11 +666,11 @@ def _spec(block, index):
 
 
 def _call(kernel, cfg: _Config, grid, in_specs, out_specs, out_shape, cost: dict,
-          vmem_bytes: int, name: str):
+          vmem_bytes: int, name: str, aliases: dict[int, int] | None = None):
   return pl.pallas_call(
       kernel, grid=grid, in_specs=in_specs, out_specs=out_specs, out_shape=out_shape,
       interpret=cfg.interpret, compiler_params=_compiler_params(cfg, vmem_bytes),
-      cost_estimate=pl.CostEstimate(**cost), name=name)
+      cost_estimate=pl.CostEstimate(**cost), name=name, input_output_aliases=aliases or {})
 
 
 def _mask_spec(cfg: _Config, rows: int, transposed: bool):
@@ -417,8 +735,11 @@ def _dq_call(cfg: _Config, q, k, values, v, mask, lse, delta, d_out):
 
 
 def _dkv_call(cfg: _Config, q, k, values, v, mask_t, lse_t, delta_t, d_out):
+  """The backward kernel over key blocks: `(dk, d_values, dv_parts)`, and
+  `dq` last when `cfg.backward` is fused."""
   n, chunks, chunk, dv = _sizes(q, values)
   r = cfg.blocks.rows
+  fused = cfg.backward == "fused"
   in_specs = [_spec((None, chunks, r, chunk), lambda n, j: (n, 0, j, 0)),
               _spec((None, chunks, cfg.tq, chunk), lambda n, j: (n, 0, 0, 0)),
               _spec((None, r, dv), lambda n, j: (n, j, 0)),
@@ -432,22 +753,36 @@ def _dkv_call(cfg: _Config, q, k, values, v, mask_t, lse_t, delta_t, d_out):
                _spec((None, cfg.tq, dv), lambda n, j: (n, 0, 0))]
   args += [lse_t, delta_t, d_out]
   key_blocks = cfg.tk // r
-  out_shape = (jax.ShapeDtypeStruct(k.shape, jnp.float32),
+  out_shape = [jax.ShapeDtypeStruct(k.shape, jnp.float32),
                jax.ShapeDtypeStruct(values.shape, jnp.float32),
-               jax.ShapeDtypeStruct((n, key_blocks, chunks, 1, chunk), jnp.float32))
-  out_specs = (_spec((None, chunks, r, chunk), lambda n, j: (n, 0, j, 0)),
+               jax.ShapeDtypeStruct((n, key_blocks, chunks, 1, chunk), jnp.float32)]
+  out_specs = [_spec((None, chunks, r, chunk), lambda n, j: (n, 0, j, 0)),
                _spec((None, r, dv), lambda n, j: (n, j, 0)),
-               _spec((None, None, chunks, 1, chunk), lambda n, j: (n, j, 0, 0, 0)))
-  cost = _costs(cfg, q, values, mask_t)["dkv"]
+               _spec((None, None, chunks, 1, chunk), lambda n, j: (n, j, 0, 0, 0))]
+  aliases = None
+  if fused:
+    # The queries' gradient: the key blocks of one head add into the same
+    # whole-head block, so it starts as zeros (Pallas leaves outputs
+    # uninitialised; no program may zero it, as they run concurrently).
+    whole_head = _spec((None, chunks, cfg.tq, chunk), lambda n, j: (n, 0, 0, 0))
+    in_specs.append(whole_head)
+    args.append(jnp.zeros(q.shape, jnp.float32))
+    out_shape.append(jax.ShapeDtypeStruct(q.shape, jnp.float32))
+    out_specs.append(whole_head)
+    aliases = {len(args) - 1: len(out_shape) - 1}
+  costs = _costs(cfg, q, values, mask_t)
   kernel = functools.partial(_dkv_kernel, cfg=cfg, chunks=chunks)
-  return _call(kernel, cfg, (n, key_blocks), in_specs, out_specs, out_shape, cost,
-               _vmem(cfg, q, values), "additive_attention_dkv")(*args)
+  return _call(kernel, cfg, (n, key_blocks), in_specs, tuple(out_specs), tuple(out_shape),
+               costs["backward" if fused else "dkv"], _vmem(cfg, q, values),
+               "additive_attention_bwd" if fused else "additive_attention_dkv",
+               aliases)(*args)
 
 
 def _costs(cfg: _Config, q, values, mask):
   n, chunks, chunk, dv = _sizes(q, values)
   mask_bytes = 0 if mask is None else int(np.prod(mask.shape)) * mask.dtype.itemsize
-  return cost_estimates(n, cfg.tq, cfg.tk, chunks * chunk, dv, q.dtype.itemsize, mask_bytes)
+  return cost_estimates(n, cfg.tq, cfg.tk, chunks * chunk, dv, q.dtype.itemsize, mask_bytes,
+                        cfg.backward)
 
 
 def _vmem(cfg: _Config, q, values) -> int:
@@ -477,11 +812,15 @@ def _fused_backward(cfg: _Config, residuals, d_out):
   # delta_i = Σ_j p_ij dp_ij = d_out_i · out_i (FlashAttention-2).
   delta = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), axis=-1,
                   keepdims=True)  # [N, Tq, 1]
-  dq = _dq_call(cfg, q, k, values, v, mask, lse, delta, d_out)
   n, tq = lse.shape[:2]
   mask_t = None if mask is None else jnp.swapaxes(mask, -1, -2)
-  dk, d_values, dv_parts = _dkv_call(cfg, q, k, values, v, mask_t, lse.reshape(n, 1, tq),
-                                     delta.reshape(n, 1, tq), d_out)
+  grads = _dkv_call(cfg, q, k, values, v, mask_t, lse.reshape(n, 1, tq),
+                    delta.reshape(n, 1, tq), d_out)
+  if cfg.backward == "fused":
+    dk, d_values, dv_parts, dq = grads
+  else:
+    dk, d_values, dv_parts = grads
+    dq = _dq_call(cfg, q, k, values, v, mask, lse, delta, d_out)
   d_v = jnp.sum(dv_parts, axis=1)  # [N, C, 1, chunk]
   d_mask = None if mask is None else np.zeros(mask.shape, jax.dtypes.float0)
   return (dq.astype(q.dtype), dk.astype(k.dtype), d_values.astype(values.dtype),
@@ -529,7 +868,8 @@ def wins(lead: int, tq: int, tk: int, a: int, platform: str) -> bool:
 def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: jax.Array,
                                  v: jax.Array, mask: jax.Array | None = None, *,
                                  blocks: Blocks | None = None,
-                                 interpret: bool | None = None) -> jax.Array:
+                                 interpret: bool | None = None, backward: str | None = None,
+                                 tanh_impl: str = "accurate") -> jax.Array:
   """`softmax(vᵀ tanh(q_proj + k_proj) | mask) values` by the Pallas kernels.
 
   Args:
@@ -542,6 +882,12 @@ def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: j
       A query with no valid key gets a zero context.
     blocks: tile sizes (default `default_blocks` of the platform).
     interpret: run in Pallas's interpret mode; default: on a CPU only.
+    backward: "fused" (3 tanh evaluations per (query, key, feature) over
+      forward and backward; atomic adds) or "split" (5; none); default
+      `default_backward` of the platform; a TPU has only "split".
+    tanh_impl: "accurate" (jnp.tanh) or "approx": on a GPU the hardware's
+      tanh.approx.f32 (relative error ≤ 1.113e-5, one special-function
+      instruction), in interpret mode `approx_tanh_model`; not on a TPU.
 
   Returns:
     context `[..., Tq, dv]` in the values' dtype; differentiable in the
@@ -573,6 +919,16 @@ def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: j
                        f"{lead + (tq0, tk0)} without enlarging it.")
   platform = _platform()
   interpret = platform == "cpu" if interpret is None else bool(interpret)
+  backward = default_backward(platform) if backward is None else backward
+  if backward not in BACKWARDS:
+    raise ValueError(f"`backward` must be one of {BACKWARDS}, got {backward!r}.")
+  if tanh_impl not in TANH_IMPLS:
+    raise ValueError(f"`tanh_impl` must be one of {TANH_IMPLS}, got {tanh_impl!r}.")
+  if platform == "tpu" and not interpret and (backward, tanh_impl) != ("split", "accurate"):
+    raise ValueError("on a TPU the Pallas additive kernels have backward='split' and "
+                     "tanh_impl='accurate' only (Mosaic has no atomic add and no "
+                     f"approximate tanh here); got backward={backward!r}, "
+                     f"tanh_impl={tanh_impl!r}.")
   blocks = default_blocks(platform) if blocks is None else blocks
   if not isinstance(blocks, Blocks):
     raise TypeError(f"`blocks` must be a Blocks, got {type(blocks).__name__}.")
@@ -614,21 +970,23 @@ def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: j
     per_query, per_head = m.shape[1] > 1, m.shape[0] > 1
     m = jnp.pad(m.astype(jnp.int32), ((0, 0), (0, tq - tq0 if per_query else 0),
                                       (0, tk - tk0)))
-  cfg = _Config(blocks, tq, tk, tk0, platform, interpret, mask is not None, per_query, per_head)
+  cfg = _Config(blocks, tq, tk, tk0, platform, interpret, mask is not None, per_query, per_head,
+                backward, tanh_impl)
   out = _fused(q, k, vals, vv, m, cfg)[:, :tq0, :dv0]  # [N, Tq, dv]
   return out.reshape(lead + (tq0, dv0)).astype(values.dtype)
 
 
 def additive_attention(query: jax.Array, keys: jax.Array, values: jax.Array, w_q: jax.Array,
                        w_k: jax.Array, v: jax.Array, mask: jax.Array | None = None, *,
-                       blocks: Blocks | None = None,
-                       interpret: bool | None = None) -> jax.Array:
+                       blocks: Blocks | None = None, interpret: bool | None = None,
+                       backward: str | None = None, tanh_impl: str = "accurate") -> jax.Array:
   """`attention(query, keys, values, score='additive', params={w_q, w_k, v},
   mask=mask)` by the Pallas kernels (`additive_attention_projected` of the
   projections, computed here by XLA with float32 accumulation).
 
   query `[..., Tq, dq]`, keys `[..., Tk, dk]`, values `[..., Tk, dv]`,
-  w_q `[dq, a]`, w_k `[dk, a]`, v `[a]` -> context `[..., Tq, dv]`.
+  w_q `[dq, a]`, w_k `[dk, a]`, v `[a]` -> context `[..., Tq, dv]`;
+  `blocks`, `interpret`, `backward`, `tanh_impl` as there.
   """
   from attention_jax import scores  # pylint: disable=g-import-not-at-top
   args = [_validate.as_float(x, n) for x, n in zip(
@@ -645,5 +1003,6 @@ def additive_attention(query: jax.Array, keys: jax.Array, values: jax.Array, w_q
   q_proj = jnp.matmul(query, w_q, preferred_element_type=jnp.float32)  # [..., Tq, a]
   k_proj = jnp.matmul(keys, w_k, preferred_element_type=jnp.float32)  # [..., Tk, a]
   return additive_attention_projected(q_proj, k_proj, values, v, mask, blocks=blocks,
-                                      interpret=interpret)
+                                      interpret=interpret, backward=backward,
+                                      tanh_impl=tanh_impl)
 

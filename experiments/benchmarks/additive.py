@@ -6,16 +6,23 @@ memory over T (every length of `settings.additive_seq_lens`) and as time (up
 to `settings.additive_time_max_len`; longer ones are `compiled_only`). Both
 are checked against `bm.naive_attention` before they are timed.
 
+`tile_search` (and `python -m experiments.benchmarks.additive`) times the
+Pallas kernels at each tile `pallas_additive.tile_candidates` lists, with
+either backward form, on a GPU or TPU.
+
 Glossary: B batch, T sequence length (Tq = Tk), d query / key / value size
 (64), a attention size.
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
+import os
+import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -25,7 +32,9 @@ import attention_jax as aj
 from attention_jax import benchmarking as bm
 from attention_jax import pallas_additive
 from attention_jax import scores as scores_lib
+from experiments.benchmarks import jsonl
 from experiments.benchmarks import resume
+from experiments.benchmarks import settings as settings_lib
 from experiments.benchmarks import timing
 from experiments.benchmarks.settings import Settings
 
@@ -43,13 +52,15 @@ def impls_for(backend: str) -> tuple[str, ...]:
 _ARGNUMS = (0, 1, 2, 3, 4, 5)  # gradients w.r.t. q, k, values, w_q, w_k, v_att
 
 
-def _loss(score_fn: Callable | None) -> Callable:
+def _loss(score_fn: Callable | None, **pallas_kwargs) -> Callable:
   """sum(attention context · cot) with `score_fn` scores, the Pallas kernels
-  (`PALLAS_IMPL`) or the naive reference (None)."""
+  (`PALLAS_IMPL`, given `pallas_kwargs`: blocks, backward, tanh_impl) or the
+  naive reference (None)."""
 
   def loss(q, k, values, w_q, w_k, v_att, cot):
     if score_fn == PALLAS_IMPL:
-      context = pallas_additive.additive_attention(q, k, values, w_q, w_k, v_att)
+      context = pallas_additive.additive_attention(q, k, values, w_q, w_k, v_att,
+                                                   **pallas_kwargs)
     elif score_fn is None:
       context = bm.naive_attention(q, k, values, score="additive",
                                    params={"w_q": w_q, "w_k": w_k, "v": v_att})
@@ -151,3 +162,135 @@ def run(settings: Settings, write: Callable[[dict], None],
     for impl, (row, _, _) in ready.items():
       write({**row, "status": "ok", **timing.timing_fields(timings[impl]),
              "other_load_cores": other_load, "attempts": attempts})
+
+
+TILES_SUITE = "additive_tiles"
+
+
+def tile_name(blocks: pallas_additive.Blocks, backward: str) -> str:
+  """A candidate's `impl` in the rows: `additive_pallas 16x16x32w4 fused`."""
+  return (f"{PALLAS_IMPL} {blocks.rows}x{blocks.cols}x{blocks.chunk}w{blocks.num_warps} "
+          f"{backward}")
+
+
+def tile_search(settings: Settings, write: Callable[[dict], None], seq_len: int, *,
+                backwards: Sequence[str] = ("fused", "split"), tanh_impl: str = "accurate",
+                candidates: Sequence[pallas_additive.Blocks] | None = None) -> int:
+  """Times the Pallas kernels' forward + backward at the suite's shape
+  (B = `additive_batch`, a = `additive_dim`, d = 64, T = `seq_len`, float32)
+  for every tile of `pallas_additive.tile_candidates` (or `candidates`) and
+  every form in `backwards`: one row each (`suite` "additive_tiles", `impl`
+  as `tile_name`, `blocks`, `backward`, `tanh_impl`), timed interleaved so
+  that the machine's drift reaches all alike. Each program is checked
+  against the reference first (`_reference`); one that does not compile or
+  disagrees gets a skipped or refused row and is not timed. Returns the
+  number of candidates timed.
+
+  Only on a GPU or TPU: on a CPU the kernels run in interpret mode, whose
+  speed says nothing, so one skipped row is written and nothing is timed."""
+  backend = jax.default_backend()
+  b, a, d = settings.additive_batch, settings.additive_dim, HEAD_DIM
+  case = {"suite": TILES_SUITE, "mode": "fwd_bwd", "dtype": "float32", "batch": b,
+          "seq_len": seq_len, "attention_dim": a, "head_dim": d, "tanh_impl": tanh_impl}
+  if backend not in ("gpu", "tpu"):
+    write({**case, "impl": PALLAS_IMPL, "status": "skipped",
+           "reason": f"the tile search times compiled kernels; backend {backend} has none"})
+    return 0
+  if candidates is None:
+    candidates = pallas_additive.tile_candidates(backend, seq_len, seq_len, a, d)
+  if backend == "tpu":
+    backwards = [w for w in backwards if w == "split"]  # Mosaic: no atomic add
+  limit = timing.memory_limit_bytes(settings.memory_limit_gb)
+  keys = jax.random.split(jax.random.PRNGKey(settings.seed + 7), 8)
+  weights = _weights(keys, a)
+  q, k, values, cot = (jax.random.normal(key, (b, seq_len, d)) for key in keys[3:7])
+  args = (q, k, values, *weights, cot)
+  reference, reference_name = _reference(args, limit)
+  ready = {}
+  for blocks in candidates:
+    for backward in backwards:
+      impl = tile_name(blocks, backward)
+      row = {**case, "impl": impl, "backward": backward, "reference": reference_name,
+             "blocks": [blocks.rows, blocks.cols, blocks.chunk, blocks.num_warps]}
+      if reference is None:
+        write({**row, "status": "skipped", "reason": f"no reference fits: {reference_name}"})
+        continue
+      loss = _loss(PALLAS_IMPL, blocks=blocks, backward=backward, tanh_impl=tanh_impl)
+      try:
+        compiled, compile_s = bm.compile_fn(jax.grad(loss, argnums=_ARGNUMS), *args)
+      except Exception as e:  # pylint: disable=broad-except
+        write({**row, "status": "skipped",
+               "reason": f"compile failed: {type(e).__name__}: {str(e)[:200]}"})
+        continue
+      row.update(bm.memory_stats(compiled), compile_s=compile_s)
+      start = time.perf_counter()
+      grads = jax.block_until_ready(compiled(*args))
+      first = time.perf_counter() - start
+      try:
+        row["max_abs_err"] = bm.verify_close(jax.tree.map(np.asarray, grads), reference,
+                                             rtol=bm.default_tolerance("float32"), name=impl)
+      except bm.KernelMismatchError as e:
+        write({**row, "status": "refused", "reason": str(e)})
+        continue
+      del grads
+      ready[impl] = (row, functools.partial(compiled, *args), first)
+  if not ready:
+    return 0
+  timings, other_load, attempts = timing.time_ready(ready, settings,
+                                                    warmup=min(settings.warmup, 1))
+  for impl, (row, _, _) in ready.items():
+    write({**row, "status": "ok", **timing.timing_fields(timings[impl]),
+           "other_load_cores": other_load, "attempts": attempts})
+  return len(ready)
+
+
+def parse_tile(text: str) -> pallas_additive.Blocks:
+  """`16x16x32w4` (rows x cols x chunk, w warps; `w4` may be left out) -> Blocks."""
+  body, _, warps = text.partition("w")
+  sizes = body.split("x")
+  if len(sizes) != 3 or not all(x.isdigit() for x in sizes) or not (warps or "4").isdigit():
+    raise ValueError(f"a tile is ROWSxCOLSxCHUNK[wWARPS], e.g. 16x16x32w4; got {text!r}.")
+  return pallas_additive.Blocks(*map(int, sizes), int(warps or 4))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+  """`python -m experiments.benchmarks.additive --workdir=DIR [--seq_len=1024]
+  [--preset=gpu] [--backwards=fused,split] [--tanh_impl=accurate]
+  [--tiles=16x16x32w4,...]`: the tile search (`--tiles`: these tiles instead
+  of every candidate, to fit a short device lease: each candidate compiles
+  its own kernels), its rows appended to DIR/tiles.jsonl (stamped with the
+  machine, the commit and the versions, as benchmark.jsonl's) with the
+  command line."""
+  parser = argparse.ArgumentParser(prog="python -m experiments.benchmarks.additive",
+                                   description=tile_search.__doc__.split("\n")[0])
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--seq_len", type=int, default=1024)
+  parser.add_argument("--preset", default="gpu", choices=sorted(settings_lib.PRESETS))
+  parser.add_argument("--backwards", default="fused,split")
+  parser.add_argument("--tanh_impl", default="accurate", choices=pallas_additive.TANH_IMPLS)
+  parser.add_argument("--tiles", default="")
+  flags = parser.parse_args(argv)
+  try:
+    tiles = [parse_tile(t) for t in flags.tiles.split(",") if t] or None
+  except ValueError as e:
+    parser.error(f"--tiles: {e}")
+  backwards = tuple(flags.backwards.split(","))
+  for backward in backwards:
+    if backward not in pallas_additive.BACKWARDS:
+      parser.error(f"--backwards: {backward!r} is not one of {pallas_additive.BACKWARDS}")
+  settings = settings_lib.from_preset(flags.preset)
+  os.makedirs(flags.workdir, exist_ok=True)
+  command = "python -m experiments.benchmarks.additive " + " ".join(
+      sys.argv[1:] if argv is None else argv)
+  run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{os.getpid()}"
+  with jsonl.appending(os.path.join(flags.workdir, "tiles.jsonl"), bm.machine_description(),
+                       run_id) as append:
+    timed = tile_search(settings, lambda row: append({**row, "command": command}),
+                        flags.seq_len, backwards=backwards, tanh_impl=flags.tanh_impl,
+                        candidates=tiles)
+  print(f"timed {timed} candidates")
+  return 0
+
+
+if __name__ == "__main__":
+  sys.exit(main())
