@@ -177,6 +177,7 @@ def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
       if name in given:
         raise ValueError(f"`{name}` is given both as --{name} and in --sweep; give one.")
     config_lib.grid(cfg, axes)
+    check_utf8_path("workdir", FLAGS.workdir)  # its checkpoints' library needs UTF-8
     check_output_dir("workdir", FLAGS.workdir)
     return cfg, axes
   except (ValueError, TypeError) as e:
@@ -195,6 +196,21 @@ def check_output_dir(flag: str, path: str) -> None:
     raise ValueError(f"`--{flag}` {path}: {probe} is a file, so the folder cannot be made.")
   if not os.access(probe, os.W_OK | os.X_OK):
     raise ValueError(f"`--{flag}` {path}: no permission to write in {probe}.")
+
+
+def check_utf8_path(flag: str, path: str) -> None:
+  """Raises a ValueError naming `--flag` unless `path`, made absolute (the
+  current folder's name counts too), is UTF-8. Python keeps a name of other
+  bytes as lone surrogates (b'\\xff' is '\\udcff'), which the file system
+  takes, but TensorStore, which writes Orbax's checkpoints, needs UTF-8: such
+  a workdir trained, then failed at its first checkpoint with a 141-line
+  traceback, and again on every re-run."""
+  full = os.path.abspath(path)
+  try:
+    full.encode("utf-8")
+  except UnicodeEncodeError:
+    raise ValueError(f"`--{flag}` {os.fsencode(full)!r} is not UTF-8, which the checkpoint "
+                     "library cannot write; give a folder whose path is UTF-8.") from None
 
 
 def _bool(text: str) -> bool:
@@ -318,6 +334,15 @@ def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
   return groups, (memory.training_memory() if own else None)
 
 
+def check_before_connecting(cfg: config_lib.ExperimentConfig) -> None:
+  """The refusals of `worker_groups` that the flags alone decide: a
+  ValueError where `--workers` meets `--num_processes` over 1, before
+  `jax.distributed` connects (with `--coordinator_address=auto` the number
+  of processes is known only once connected: `worker_groups` refuses it)."""
+  if cfg.workers > 1 and (FLAGS.num_processes or 0) > 1:
+    raise ValueError(_with_processes(cfg))
+
+
 def _with_processes(cfg: config_lib.ExperimentConfig) -> str:
   """The refusal of `--workers` in a run of several processes."""
   return (f"`--workers` = {cfg.workers} with several processes (`--num_processes`): give "
@@ -428,6 +453,11 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
       print(table)
       print(written(FLAGS.workdir, before))
       return
+    # What can be refused without a backend is refused before connecting:
+    # `jax.distributed` waits minutes for the other processes, then fails
+    # with a C++ stack, before the refusal after it was reached.
+    check_before_connecting(cfg)
+    runner.check_workdir(runner.Plan.of(cfg, FLAGS.workdir, axes, reports.write))
     maybe_start_distributed()
     groups, group_memory = worker_groups(cfg, FLAGS.mesh)
     table = runner.run(cfg, FLAGS.workdir, report=reports.write,

@@ -305,11 +305,31 @@ def plot_diagnostics(histories: dict[tuple[str, int], list[dict]], arms: Sequenc
                    ("max_logit", "largest attention logit", "symlog")))
 
 
+# Drawn in place of the heat map when the decoded hypothesis has no token.
+EMPTY_HYPOTHESIS_NOTE = ("no heat map: the decoded output of this\nsentence is empty, so "
+                         "there is no row\nof attention weights to draw (early in\n"
+                         "training a model can end a sentence at once)")
+
+
 def plot_attention(attention: dict, title: str, path: str) -> None:
-  """Alignment heat map: hypothesis tokens (rows) by source tokens (columns)."""
+  """Alignment heat map: hypothesis tokens (rows) by source tokens (columns).
+  An empty hypothesis (a first run's model can decode one) has no row: the
+  source axis is drawn with a note saying why, instead of a blank image and
+  matplotlib's warning about a singular y range."""
   src, hyp = attention["src"], attention["hyp"]
-  weights = np.asarray(attention["weights"])[:len(hyp), :len(src)]
   fig, ax = plt.subplots(figsize=(max(4, 0.35 * len(src) + 2), max(3, 0.35 * len(hyp) + 1.5)))
+  if not hyp:
+    ax.set_xlim(-0.5, max(len(src), 1) - 0.5)
+    ax.set_ylim(0, 1)
+    ax.text(0.5, 0.5, EMPTY_HYPOTHESIS_NOTE, transform=ax.transAxes, ha="center",
+            va="center", fontsize=8)
+    ax.set_xticks(range(len(src)), src, rotation=90, fontsize=7)
+    ax.set_yticks([])
+    ax.set_xlabel("source")
+    ax.set_title(title, fontsize=9)
+    save_figure(fig, path)
+    return
+  weights = np.asarray(attention["weights"])[:len(hyp), :len(src)]
   ax.imshow(weights, cmap="viridis", vmin=0, vmax=1, aspect="auto")
   ax.set_xticks(range(len(src)), src, rotation=90, fontsize=7)
   ax.set_yticks(range(len(hyp)), hyp, fontsize=7)

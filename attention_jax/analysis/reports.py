@@ -236,9 +236,12 @@ def write_reports(workdir: Workdir, cfg: ExperimentConfig,
         f"over test sentences, {significance_lib.TRIALS:,} trials, ties counted).\n\n"
         + tables.significance_table(_cells(tests), cfg.arms, cfg.dims, baseline_arm(cfg)))
   if tables.has_kinds(rows):  # the Transformer: every attention kind and layer
-    for caption, (stat, per_layer) in _kind_captions():
+    layers = not tables.one_layer_per_kind(rows)
+    for caption, (stat, per_layer) in _kind_captions(layers):
       parts.append(f"{caption}.\n\n" + tables.kind_table(rows, cfg.arms, cfg.dims, stat,
                                                             per_layer=per_layer))
+    if not layers:
+      parts.append(_ONE_LAYER_NOTE)
   text = "\n".join(parts + _left_out_note(problems))
   files.atomic_write(workdir.table, text)
   if rows:
@@ -298,12 +301,19 @@ _KIND_NAMES = {"max_logit": "Largest attention logit (raw score before the softm
                "entropy": "Attention entropy / log(number of valid keys)"}
 
 
-def _kind_captions():
+# Said where the tables per kind and layer are left out (`_kind_captions`).
+_ONE_LAYER_NOTE = ("Each attention kind has one layer here: its tables per kind and layer "
+                   "would repeat the tables above, and are left out.\n")
+
+
+def _kind_captions(layers: bool = True):
   """(caption, (statistic, per layer)) of each per-kind table, in order:
-  the three statistics per kind (the main tables), then per kind and layer.
-  Why per kind: the Transformer's global diagnostics (`max_logit`, ...)
-  are its cross attention's, and in `dot` the self attentions fail first."""
-  for per_layer in (False, True):
+  the three statistics per kind (the main tables), then, with `layers`, per
+  kind and layer (without: a model of one layer per kind, whose tables per
+  layer would be the same numbers again). Why per kind: the Transformer's
+  global diagnostics (`max_logit`, ...) are its cross attention's, and in
+  `dot` the self attentions fail first."""
+  for per_layer in (False, True) if layers else (False,):
     for stat, _, _ in tables.KIND_STATS:
       where = ("per attention kind and layer" if per_layer else
                f"per attention kind ({_KIND_SUMMARIES[stat]})")
@@ -465,13 +475,16 @@ def _write_grid(workdir: Workdir, cfg: ExperimentConfig, points: Sequence[GridPo
   if tests:
     parts.extend(_grid_significance(cfg, points, axis, axis_values, tests))
   if kinds:
-    for caption, (stat, per_layer) in _kind_captions():
+    layers = not tables.one_layer_per_kind(rows)
+    for caption, (stat, per_layer) in _kind_captions(layers):
       parts.append(f"## {caption}\n")
       for fixed, dim, where in _slices(cfg, points, axis):
         subset = [{**r, "dim": r[axis]} for r in rows if r["dim"] == dim
                   and all(r.get(k) == v for k, v in fixed.items())]
         parts.append(f"{where}:\n\n" + tables.kind_table(
             subset, cfg.arms, axis_values, stat, row_label=axis, per_layer=per_layer))
+    if not layers:
+      parts.append(_ONE_LAYER_NOTE)
   text = "\n".join(parts + _left_out_note(problems))
   files.atomic_write(workdir.table, text)
   if rows:

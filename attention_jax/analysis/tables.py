@@ -133,6 +133,19 @@ def has_kinds(rows: Iterable[dict]) -> bool:
              for r in rows for stat, _, _ in KIND_STATS for kind in KINDS)
 
 
+def one_layer_per_kind(rows: Iterable[dict]) -> bool:
+  """Whether every attention kind in `rows` has values of one layer at most
+  (the same layer in every row): a one-layer Transformer's, whose tables
+  per kind and layer would repeat its tables per kind cell for cell."""
+  layers = collections.defaultdict(set)
+  for r in rows:
+    diagnostics = r.get("diagnostics") or r
+    for stat, _, _ in KIND_STATS:
+      for kind in KINDS:
+        layers[kind] |= set(layer_values(diagnostics, stat, kind))
+  return all(len(found) <= 1 for found in layers.values())
+
+
 def with_kind_values(row: dict) -> dict:
   """`row` with `<stat>_<kind>` (`kind_value`) for every per-kind statistic
   of its diagnostics (its own fields for a metrics-log row), for the plots."""

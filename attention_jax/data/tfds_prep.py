@@ -26,21 +26,23 @@ __all__ = ["ensure_prepared", "read_split", "read_source", "MARKER", "recorded_d
 MARKER = ".attention_jax_complete.json"
 
 
-def _shards_present(builder: tfds.core.DatasetBuilder) -> bool:
-  """Every shard file the builder's info lists is on disk. A builder whose
-  info lists no split was made before the data was written (another process
-  or thread prepared it meanwhile): it cannot read the data, so it is not
-  complete, however complete the folder is."""
+def _shards_missing(builder: tfds.core.DatasetBuilder) -> str | None:
+  """What keeps the shard files the builder's info lists from being read
+  (one missing, no split listed, an info that does not parse), or None. A
+  builder whose info lists no split was made before the data was written
+  (another process or thread prepared it meanwhile): it cannot read the
+  data, so it is not complete, however complete the folder is."""
+  path = Path(os.fspath(builder.data_path))
   try:
     if not builder.info.splits:
-      return False
+      return f"{path / 'dataset_info.json'} lists no split"
     for split_info in builder.info.splits.values():
-      for path in split_info.filepaths:
-        if not Path(os.fspath(path)).is_file():
-          return False
-  except Exception:  # A dataset_info.json that does not parse is incomplete too.
-    return False
-  return True
+      for shard in split_info.filepaths:
+        if not Path(os.fspath(shard)).is_file():
+          return f"{shard} is missing"
+  except Exception as e:  # A dataset_info.json that does not parse is incomplete too.
+    return f"{path / 'dataset_info.json'} does not read ({type(e).__name__})"
+  return None
 
 
 def _file_digests(folder: Path) -> dict[str, list]:
@@ -56,21 +58,48 @@ def _file_digests(folder: Path) -> dict[str, list]:
   return out
 
 
-def _marker_matches(path: Path) -> bool:
-  """True if the completion marker lists every file with its size and SHA-256
-  and the folder still holds exactly those bytes (a shard cut in half, or a
-  marker from before checksums were recorded, is False: rebuilt)."""
+def _marker_mismatch(path: Path) -> str | None:
+  """None if the completion marker lists every file with its size and
+  SHA-256 and the folder still holds exactly those bytes; else the first
+  file that differs and how (a shard cut in half, or a marker from before
+  checksums were recorded, is rebuilt)."""
   try:
     recorded = json.loads((path / MARKER).read_text())["files"]
+  except FileNotFoundError:
+    return f"{path / MARKER} is missing (a preparation cut short)"
   except (OSError, ValueError, KeyError, TypeError):
-    return False
-  return bool(recorded) and _file_digests(path) == recorded
+    return f"{path / MARKER} does not read as the completion marker"
+  if not recorded or not isinstance(recorded, dict):
+    return f"{path / MARKER} records no file"
+  actual = _file_digests(path)
+  for name in sorted(set(recorded) | set(actual)):
+    if name not in actual:
+      return f"{path / name} is missing"
+    if name not in recorded:
+      return f"{path / name} is not one the preparation wrote"
+    if recorded[name] != actual[name]:
+      size, written = actual[name][0], recorded[name]
+      if (isinstance(written, list) and written and isinstance(written[0], int)
+          and written[0] != size):
+        return f"{path / name} is {size:,} bytes where {written[0]:,} were written"
+      return f"{path / name} has other bytes than when it was written (SHA-256 differs)"
+  return None
+
+
+def _damage(builder, marker: bool) -> str | None:
+  """Why the builder's version folder is not complete (its first fault,
+  naming the file), or None when it is."""
+  path = Path(os.fspath(builder.data_path))
+  if not builder.is_prepared():
+    for name in ("dataset_info.json", "features.json"):
+      if not (path / name).is_file():
+        return f"{path / name} is missing"
+    return f"{path} is not a folder TFDS reads as prepared"
+  return _shards_missing(builder) or (_marker_mismatch(path) if marker else None)
 
 
 def _complete(builder, marker: bool) -> bool:
-  path = Path(os.fspath(builder.data_path))
-  return (builder.is_prepared() and _shards_present(builder)
-          and (not marker or _marker_matches(path)))
+  return _damage(builder, marker) is None
 
 
 @contextlib.contextmanager
@@ -109,10 +138,14 @@ def ensure_prepared(make_builder, *, lock_dir: str | os.PathLike, marker: bool =
     return builder
   with _exclusive(_lock_file(builder, lock_dir)):
     builder = make_builder()
-    if _complete(builder, marker):  # Another process finished it meanwhile.
+    damage = _damage(builder, marker)
+    if damage is None:  # Another process finished it meanwhile.
       return builder
     path = Path(os.fspath(builder.data_path))
     if path.exists():
+      # A folder that is there but not complete: said with what is wrong
+      # (a damaged corpus was once rebuilt without a word).
+      print(f"the prepared data in {path} is damaged: {damage}; rebuilding it", flush=True)
       shutil.rmtree(path)
     if path.parent.is_dir():  # Leftovers of killed runs: incomplete.<rand>_<version>.
       for stale in path.parent.glob(f"incomplete.*{builder.version}"):

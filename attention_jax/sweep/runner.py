@@ -216,6 +216,8 @@ def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
   cfg = cfg.replace(workers=min(cfg.workers, len(plan.jobs())))
   plan = Plan.of(cfg, workdir, axes, report)
   check_workdir(plan)  # before anything is made
+  for job in plan.jobs():  # before the data is loaded: thousands of members
+    memory.check_members(job.config.point(job.arm), placement.axis_size(mesh, placement.MEMBERS))
   data_sets = datasets_lib.Datasets()
   if data is not None:
     data_sets.put(cfg, data)
@@ -454,7 +456,11 @@ def _run_shard(plan: Plan, shard: tuple[int, int], *, mesh, log,
          f"all {len(jobs)} runs of the sweep are finished"))
   failures = failures + [f"[{plan.label_of(path)}] {why}" for path, why in problems.items()]
   if failures:
-    raise workers.RunsFailed(failures, len(jobs))
+    # Finished: trained to the end and not among the failures (a run of
+    # another shard still training is neither).
+    named = {f.partition("]")[0] + "]" for f in failures}
+    raise workers.RunsFailed(failures, len(jobs), finished=sum(
+        job.run.finished and f"[{job.label}]" not in named for job in jobs))
   return table
 
 
@@ -481,12 +487,17 @@ def train_group(cfg: ExperimentConfig, run_dir: run_folder.RunDir, arm: config_l
   the sweep it is one of, for the whole-sweep ETA on its progress lines."""
   if deadline is not None and multihost.agree(time.time() > deadline):
     return False
-  trainer = train_lib.EnsembleTrainer(cfg.point(arm), data, tuple(range(cfg.seeds)), mesh=mesh,
-                                      label=label)
-  members = (f", members {cfg.members} x seeds {list(range(cfg.seeds))}" if cfg.members
-             else f", seeds {list(trainer.seeds)}")
-  log(f"[{trainer.label}] {trainer.num_params:,} parameters{members}")
-  result = trainer.run(run_dir.path, log=log, deadline=deadline, sweep=sweep)
+  # Until its first step a stop ends the process at once (there is nothing
+  # to save); not with several processes, which stop at one step together.
+  unsaved = (interrupts.nothing_to_save(f"[{label or arm.label}]") if jax.process_count() == 1
+             else contextlib.nullcontext())
+  with unsaved:
+    trainer = train_lib.EnsembleTrainer(cfg.point(arm), data, tuple(range(cfg.seeds)),
+                                        mesh=mesh, label=label)
+    members = (f", members {cfg.members} x seeds {list(range(cfg.seeds))}" if cfg.members
+               else f", seeds {list(trainer.seeds)}")
+    log(f"[{trainer.label}] {trainer.num_params:,} parameters{members}")
+    result = trainer.run(run_dir.path, log=log, deadline=deadline, sweep=sweep)
   if result is None:
     return False
   if not multihost.is_primary():

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import traceback
 from typing import Callable, Sequence
 
@@ -49,15 +50,19 @@ POLL_SECONDS = 1.0
 
 class RunsFailed(Exception):
   """Some runs of a sweep failed (`failures`: one "[label] why" each, of
-  `total` runs); the others finished."""
+  `total` runs), and `finished` of the runs finished (by default all the
+  others). The message counts them: a sweep where every worker failed to
+  start once said "The others finished" when none had."""
 
-  def __init__(self, failures: Sequence[str], total: int):
+  def __init__(self, failures: Sequence[str], total: int, finished: int | None = None):
     self.failures, self.total = list(failures), total
+    self.finished = total - len(self.failures) if finished is None else finished
+    done = ("None finished" if self.finished == 0 else
+            f"{self.finished} of {total} finished and are reported")
     super().__init__(
         f"{len(self.failures)} of {total} runs failed: "
-        + "; ".join(f.rstrip(".") for f in self.failures) + ". The others finished and "
-        "are reported; a run whose training failed keeps its last checkpoint: re-run the "
-        "same command to resume it.")
+        + "; ".join(f.rstrip(".") for f in self.failures) + f". {done}; a run whose "
+        "training failed keeps its last checkpoint: re-run the same command to resume it.")
 
 
 def use_one_core(core: int | None = None, *, index: int = 0) -> int | None:
@@ -205,6 +210,18 @@ def why(error: BaseException) -> str:
   return f"{type(error).__name__}: {error}"
 
 
+def last_line(error: BaseException) -> str:
+  """The last line of what `error`'s traceback ends with (`why`): a failed
+  backend start chains a dozen frames of jax's own, and its last line says
+  what went wrong (libtpu missing, a chip in use)."""
+  lines = [line.strip() for line in why(error).splitlines() if line.strip()]
+  if not lines:
+    return type(error).__name__
+  if len(lines) > 1 and not isinstance(error, (OSError, ValueError)):
+    return f"{type(error).__name__}: {lines[-1]}"
+  return lines[-1]
+
+
 def _worker_main(parent_pid: int, stop, index: int, conn, train: Callable,
                  deadline: float | None, environment: dict | None = None) -> None:
   """A worker's life: jobs from `conn` until None, each answered with
@@ -216,8 +233,10 @@ def _worker_main(parent_pid: int, stop, index: int, conn, train: Callable,
     _worker_init(parent_pid, stop, index, environment)
     broken = None
   except Exception as e:  # pylint: disable=broad-except
-    traceback.print_exc()
-    broken = "its worker could not start: " + (why(e).splitlines() or [""])[0]
+    # One line, not the ~45 of the traceback (of jax's backend start, the
+    # same in every worker): the runs it is given each fail saying why too.
+    broken = "its worker could not start: " + last_line(e)
+    print(f"worker {index}: {broken[len('its worker '):]}", file=sys.stderr, flush=True)
   log = lambda line: print(line, flush=True)
   while True:
     try:
@@ -331,6 +350,7 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   pool = [start(i) for i in range(min(workers, len(queue)))]
   failed: list[str] = []
   finished, interrupted = True, False
+  done = 0  # runs trained to their end and reported: what RunsFailed counts as finished
   patience = 30  # seconds an idle worker gets to exit
   try:
     while True:
@@ -354,6 +374,7 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
           finished = value and finished
           try:
             report(job)
+            done += bool(value)
           except Exception as e:  # pylint: disable=broad-except  # named, never a stop
             failed.append(f"[{job.label}] its reports could not be written: {why(e)}")
             log(f"[{job.label}] finished, but its reports could not be written: {why(e)}; "
@@ -380,5 +401,5 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   if interrupted or interrupts.requested() is not None:
     raise interrupts.Interrupted(interrupts.requested() or signal.SIGTERM)
   if failed:
-    raise RunsFailed(failed, len(jobs))
+    raise RunsFailed(failed, len(jobs), finished=done)
   return finished

@@ -172,6 +172,7 @@ class RunActions:
     start = time.time()
     state = self.trainer.step(state, batch)
     end = time.time()
+    interrupts.something_to_save()  # a stop now waits for the step and saves it
     seconds = end - start
     self.timed_steps += 1
     if compiles:
@@ -274,7 +275,9 @@ class RunActions:
   def checkpoint(self, state: TrainState):
     """The checkpoint of this step: arrays and the bookkeeping a resume needs."""
     self.board.flush()  # on disk before the checkpoint: a resume purges only what follows
-    self.ckpt.save(state.step, state.arrays(), state.meta())
+    # The layout too: a resume on another one says so (`placement.layout_change`).
+    self.ckpt.save(state.step, state.arrays(),
+                   {**state.meta(), "layout": self.trainer.placement.layout()})
     self.saved_at = state.step
     return state, None
 

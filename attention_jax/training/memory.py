@@ -1,10 +1,12 @@
 """Memory of a sweep point, measured before it is allocated.
 
-Two questions, asked before any work that could be lost: do the training
-state of a point and its training batch fit (`check_memory`, from
-`jax.eval_shape` of the model's construction and a lower bound of the
-batch's logits), and how many sentences per evaluation batch fit the
-evaluation budget (`largest_fitting_batch` over `program_bytes` of the
+Three questions, asked before any work that could be lost: do the training
+state of a point and its training step fit (`check_memory`, from
+`jax.eval_shape` of the model's construction, a lower bound of the batch's
+logits, then XLA's count of the step compiled for one or two members,
+`step_memory`), can one program on the CPU run its members in
+turn (`check_members`), and how many sentences per evaluation batch fit
+the evaluation budget (`largest_fitting_batch` over `program_bytes` of the
 traced program)?
 """
 
@@ -15,9 +17,12 @@ from typing import Callable
 
 from flax import nnx
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from attention_jax.data import batching
+from attention_jax.training import placement
+from attention_jax.training import steps
 from attention_jax.training.run_config import RunConfig
 
 # What training keeps of every parameter whatever the batch: the parameter,
@@ -39,7 +44,10 @@ def jaxpr_bytes(jaxpr) -> int:
     shape, dtype = getattr(aval, "shape", None), getattr(aval, "dtype", None)
     if shape is None or dtype is None:
       return 0
-    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    # A PRNG key's dtype (`key<fry>`, in a training step's dropout) is no
+    # NumPy dtype; it gives its bytes itself.
+    itemsize = getattr(dtype, "itemsize", None) or np.dtype(dtype).itemsize
+    return int(np.prod(shape, dtype=np.int64)) * int(itemsize)
 
   def subs(value):
     if hasattr(value, "eqns") or hasattr(getattr(value, "jaxpr", None), "eqns"):
@@ -156,6 +164,71 @@ def step_bytes(run: RunConfig, data) -> int:
   return 4 * run.num_members * run.data.batch_size * width * per_position
 
 
+def widest_training_batch(run: RunConfig, data) -> int:
+  """The padded length of the widest batch the training stream can give:
+  its longest pair within `--max_length` (+ <eos>), on the batch grid."""
+  sources, targets = data.token_ids("train")
+  lengths = np.maximum(sources.lengths, targets.lengths) + 1
+  kept = lengths[lengths <= run.data.max_length]
+  return int(batching.padded_length(int(kept.max(initial=1))))
+
+
+def _step_analysis(run: RunConfig, data, members: int, compiled: bool) -> int:
+  """Bytes one training step of `members` members of `run` holds besides
+  its arguments' training state, at the widest training batch, on one
+  device: with `compiled`, XLA's memory analysis of the step compiled as
+  the trainer compiles it (its temporaries, its outputs not written in place
+  of the donated state, and the batch); without, an upper bound from the
+  traced program alone (`jaxpr_bytes` twice over, the state included).
+  Nothing is allocated: the state is abstract (`jax.eval_shape`)."""
+  model_cls, model_config = run.build_model(data)
+  abstract = nnx.eval_shape(lambda: model_cls(model_config, rngs=nnx.Rngs(0)))
+  graphdef, params, rest = nnx.split(abstract, nnx.Param, ...)
+  stack = lambda tree: jax.tree.map(
+      lambda x: jax.ShapeDtypeStruct((members,) + tuple(x.shape), x.dtype), tree)
+  params, rest = stack(params), stack(rest)
+  tx = run.optimizer.make(run.member_fields)
+  opt_state = jax.eval_shape(jax.vmap(tx.init), params)
+  batch = jax.ShapeDtypeStruct((run.data.batch_size, widest_training_batch(run, data)),
+                               jnp.int32)
+  program = steps.ensemble_train_step(
+      graphdef, tx, tuple(range(members)), placement.Placement(None),
+      pad_id=data.tokenizer.pad_id, label_smoothing=run.optimizer.label_smoothing,
+      dropout=run.model.dropout > 0.0)
+  traced = program.trace(params, rest, opt_state, jax.ShapeDtypeStruct((), jnp.int32),
+                         batch, batch, batch)
+  if not compiled:
+    return 2 * jaxpr_bytes(traced.jaxpr)
+  analysis = traced.lower().compile().memory_analysis()
+  batch_bytes = 3 * int(np.prod(batch.shape)) * 4
+  return int(analysis.temp_size_in_bytes + analysis.output_size_in_bytes
+             - analysis.alias_size_in_bytes) + batch_bytes
+
+
+def step_memory(run: RunConfig, data, budget: float) -> int:
+  """Bytes a training step of the run's members needs besides its training
+  state (`state_bytes`), close to what XLA will allocate, for
+  `check_memory`. Measured on programs of one and two members, never of
+  all of them (thousands of members in turn make a program that takes
+  hours to compile): where the traced bound of one member's step times the
+  members is within `budget`, that bound; else XLA's count for one member
+  times the members, where that is within `budget`; else XLA's counts for
+  one and two members, extrapolated along the members (vmapped, every
+  member's activations are held at once; in turn on the CPU, XLA may free
+  one member's before the next's, so the second member may add less than
+  the first). The lower bound the check makes first (`step_bytes`) was
+  about 40 times below this count at `--batch_size=100000`."""
+  e = run.num_members
+  bound = _step_analysis(run, data, 1, compiled=False)
+  if e * bound <= budget:
+    return e * bound
+  one = _step_analysis(run, data, 1, compiled=True)
+  if e * one <= budget or e == 1:
+    return e * one
+  two = _step_analysis(run, data, 2, compiled=True)
+  return one + (e - 1) * max(two - one, 0)
+
+
 def _members(run: RunConfig) -> str:
   """How a message counts a run's models: its seeds, or its members."""
   if not run.member_axes:
@@ -177,7 +250,8 @@ def check_memory(run: RunConfig, data, available: int | None = None,
   unless `available` is given), shared by the `run.workers` processes that
   train at once (unless not `shared`: each has `available` to itself): its
   training state (`state_bytes`) and one training step's batch
-  (`step_bytes`, a lower bound), or an evaluation budget
+  (`step_bytes`, a lower bound; then `step_memory`, XLA's count of the
+  compiled step), or an evaluation budget
   (`--eval_memory_gb`) larger than that share. Called before anything is
   made: a size that cannot fit ends in one line and no workdir, not in an
   out-of-memory traceback after the workdir was made."""
@@ -193,12 +267,50 @@ def check_memory(run: RunConfig, data, available: int | None = None,
         f"batch of {run.data.batch_size:,} sentences at least {_size(step)} for its logits and "
         f"encoder output, over the {_size(available / share)} of memory available{shared_text}; "
         f"{_advice(state, step, available, share)}.")
+  # The bound above is far below a step's need (its gradients and every
+  # other activation): XLA's count of the compiled step, close to it, decides.
+  need = step_memory(run, data, available / share - state)
+  if state + need > available / share:
+    raise ValueError(
+        f"{run.arm.label}: a training step of {_members(run)} on batches of "
+        f"{run.data.batch_size:,} sentences needs about {_size(need)} (XLA's memory analysis "
+        f"of the compiled step) besides the {_size(state)} of the parameters, Adam moments and "
+        f"best copy, over the {_size(available / share)} of memory available{shared_text}; "
+        f"{_advice(state, need, available, share)}.")
   budget = run.evaluation.eval_memory_gb * 2**30
   if budget > available / share:
     raise ValueError(
         f"--eval_memory_gb={run.evaluation.eval_memory_gb:g} is over the "
         f"{_size(available / share)} of memory available{shared_text}; lower it (0 = half of "
         "that).")
+
+
+# The most members one program runs in turn (on the CPU, `placement.over_members`):
+# the members are unrolled into it, so its compile grows with them, and again
+# for every batch shape, faster than linearly (the smoke preset's training
+# step on a busy 2-core AMD EPYC, in turn: traced and compiled in 10 s with
+# 0.77 GB of peak memory for 2 members, 24 s and 0.88 GB for 8, 257 s and
+# 2.6 GB for 32). 5,000 learning rates as members reached 16.7 GB without a
+# first step after 12 minutes.
+MAX_IN_TURN_MEMBERS = 32
+
+
+def check_members(run: RunConfig, member_groups: int = 1) -> None:
+  """A ValueError of one line naming --members and --seeds where one
+  program would run more than `MAX_IN_TURN_MEMBERS` members in turn: on the
+  CPU (`placement.in_turn_default`), where the members of each of the
+  `member_groups` device groups (a `members` mesh) share one program. Vmapped
+  programs (accelerators, a `members,data` mesh) do not grow with the
+  members: their bound is the memory (`check_memory`)."""
+  per_program = -(-run.num_members // max(member_groups, 1))
+  if not placement.in_turn_default() or per_program <= MAX_IN_TURN_MEMBERS:
+    return
+  where = f" on each of {member_groups} devices" if member_groups > 1 else ""
+  raise ValueError(
+      f"--members / --seeds: {_members(run)} would run in turn in one program{where}, over "
+      f"the {MAX_IN_TURN_MEMBERS} the CPU takes (its compile grows faster than the members, "
+      "once for each batch shape: 24 s for 8 members of the smoke preset, 257 s for 32); give "
+      "fewer, or split the values over several --workdir.")
 
 
 def _advice(state: int, step: int, available: float, share: int) -> str:

@@ -100,6 +100,12 @@ class Placement:
       return None
     return NamedSharding(self.mesh, P(MEMBERS) if MEMBERS in self.mesh.axis_names else P())
 
+  def layout(self) -> dict[str, int]:
+    """What a checkpoint records of where it was trained (`layout_change`):
+    the devices, and how many member groups and data devices they form."""
+    return {"devices": 1 if self.mesh is None else int(self.mesh.size),
+            "members": self.member_groups, "data": self.data_devices}
+
   def stack_tree(self, tree):
     """Every leaf of `tree`, stacked over the members on its leading axis,
     where `stacked_sharding` says (unchanged when not sharded)."""
@@ -107,6 +113,36 @@ class Placement:
       return tree
     sharding = self.stacked_sharding()
     return jax.tree.map(lambda x: global_array(x, sharding), tree)
+
+
+def describe_layout(layout: dict[str, int]) -> str:
+  """`Placement.layout()` in words: '1 device', '2 devices (members 2 x data 1)'."""
+  if layout["devices"] == 1:
+    return "1 device"
+  return f"{layout['devices']} devices (members {layout['members']} x data {layout['data']})"
+
+
+def layout_change(saved: dict | None, now: dict[str, int]) -> str | None:
+  """The line a run resumed on another layout than its checkpoint's says,
+  or None for the same layout (or a checkpoint that records none, written
+  before layouts were recorded).
+
+  Its numbers from there are not quite an uninterrupted run's: XLA compiles
+  each layout's program apart, and they round differently. Data
+  parallelism sums the gradients in another order; and the members split
+  over devices run inside `shard_map`, which XLA compiles another way: the
+  Transformer's softmax gradient divides by the row sums where the
+  one-device program multiplies by their reciprocal, a float32 rounding
+  apart (docs/method.md)."""
+  if not isinstance(saved, dict) or saved == now:
+    return None
+  try:
+    then = describe_layout(saved)
+  except KeyError:
+    return None
+  return (f"its checkpoint was trained on {then}, this run is on {describe_layout(now)}: "
+          "from here its numbers may differ from an uninterrupted run's in float32 "
+          "rounding (docs/method.md)")
 
 
 def in_turn_default() -> bool:

@@ -8,6 +8,10 @@ them over seeds; the benchmark scans them; `model_step_time` times one)::
     params, opt_state, loss = jax.jit(step)(params, rest, opt_state, src, tgt_in,
                                             tgt_out, dropout_key)
 
+`ensemble_train_step` is the one compiled here: the ensemble trainer's step
+over its members, which the memory check also compiles for one or two
+members before any work (`memory.step_memory`), so both are the same program.
+
 A model is any `attention_jax.models` encoder-decoder: `model(src, tgt_in,
 deterministic=..., rngs=...) -> (logits [B, T, V], aux)`, split with
 `nnx.split(model, nnx.Param, ...)` into `graphdef, params, rest`.
@@ -17,11 +21,16 @@ Shape glossary: B batch, S source length, T target length, V vocabulary.
 
 from __future__ import annotations
 
+import functools
+from typing import Sequence
+
 from flax import nnx
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+
+from attention_jax.training import placement as placement_lib
 
 
 def token_loss(logits, targets, pad_id: int, label_smoothing: float = 0.0):
@@ -87,6 +96,36 @@ def train_step(graphdef, tx: optax.GradientTransformation, params, rest, opt_sta
   with jax.named_scope("optimizer"):
     updates, opt_state = tx.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state, loss
+
+
+def ensemble_train_step(graphdef, tx: optax.GradientTransformation, seeds: Sequence[int],
+                        placement: placement_lib.Placement, *, pad_id: int,
+                        label_smoothing: float = 0.0, dropout: bool = True):
+  """`train_step` of every member of an ensemble, one per seed of `seeds`
+  (its dropout keyed by its seed and the step), jitted and placed as
+  `placement` says: `(params, rest, opt_state, step_index, src, tgt_in,
+  tgt_out) -> (params, opt_state, loss [E])`, the state donated. The
+  trainer's step (`train_lib.EnsembleTrainer`), and the one the memory check
+  compiles for one or two members (`memory.step_memory`)."""
+  step = functools.partial(train_step, graphdef, tx, pad_id=pad_id,
+                           label_smoothing=label_smoothing, dropout=dropout)
+  seeds = jnp.asarray(seeds, jnp.uint32)
+
+  def member(params, rest, opt_state, seed, step_index, src, tgt_in, tgt_out):
+    key = jax.random.fold_in(jax.random.PRNGKey(seed), step_index)
+    return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
+
+  # With a `members` mesh axis each device steps its own members
+  # (`over_members_on`), and the outputs stay where the inputs were.
+  mesh = placement.mesh
+  placed = {"out_shardings": placement.stacked_sharding()} if placement.member_groups > 1 else {}
+
+  def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
+    return placement_lib.over_members_on(
+        mesh, member, (0, 0, 0, 0, None, None, None, None))(
+            params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
+
+  return jax.jit(step_fn, donate_argnums=(0, 2), **placed)
 
 
 def eval_step(graphdef, params, rest, src, tgt_in, tgt_out, *, pad_id: int):

@@ -63,6 +63,12 @@ from attention_jax.training.state import with_logged_best_ppl
 DIVERGED_LOSS_FACTOR = 10.0
 
 
+class OutOfMemory(ValueError):
+  """A training step that ran out of memory, in one line naming the flags
+  that size it (a ValueError: the drivers print it as their `error:` line,
+  a `--workers` run as its reason)."""
+
+
 class EnsembleTrainer:
   """Trains `seeds` members of one sweep point (`RunConfig`) together."""
 
@@ -147,27 +153,10 @@ class EnsembleTrainer:
 
   def _build_train_step(self):
     opt = self.run_config.optimizer
-    step = functools.partial(steps.train_step, self.graphdef, self.tx, pad_id=self.tok.pad_id,
-                             label_smoothing=opt.label_smoothing,
-                             dropout=self.run_config.model.dropout > 0.0)
-    seeds = jnp.asarray(self.seeds, jnp.uint32)
-
-    def member(params, rest, opt_state, seed, step_index, src, tgt_in, tgt_out):
-      key = jax.random.fold_in(jax.random.PRNGKey(seed), step_index)
-      return step(params, rest, opt_state, src, tgt_in, tgt_out, key)
-
-    # With a `members` mesh axis each device steps its own members
-    # (`over_members_on`), and the outputs stay where the inputs were.
-    mesh = self.placement.mesh
-    placed = ({"out_shardings": self.placement.stacked_sharding()}
-              if self.placement.member_groups > 1 else {})
-
-    def step_fn(params, rest, opt_state, step_index, src, tgt_in, tgt_out):
-      return placement_lib.over_members_on(
-          mesh, member, (0, 0, 0, 0, None, None, None, None))(
-              params, rest, opt_state, seeds, step_index, src, tgt_in, tgt_out)
-
-    return jax.jit(step_fn, donate_argnums=(0, 2), **placed)
+    return steps.ensemble_train_step(self.graphdef, self.tx, self.seeds, self.placement,
+                                     pad_id=self.tok.pad_id,
+                                     label_smoothing=opt.label_smoothing,
+                                     dropout=self.run_config.model.dropout > 0.0)
 
   def _build_diag_step(self):
     pad, ls = self.tok.pad_id, self.run_config.optimizer.label_smoothing
@@ -227,10 +216,20 @@ class EnsembleTrainer:
     """`state` after one optimiser step of every member on `batch` (its
     parameters and optimiser state are donated); `loss` holds the losses."""
     src, tgt_in, tgt_out = self.evaluator.teacher_forced(batch)
-    params, opt_state, loss = self._train_step(
-        state.params, self.rest, state.opt_state, jnp.int32(state.step), src, tgt_in, tgt_out)
-    return state.replace(params=params, opt_state=opt_state, step=state.step + 1,
-                         loss=multihost.to_host(loss))  # waits for the step: honest timings
+    try:
+      params, opt_state, loss = self._train_step(
+          state.params, self.rest, state.opt_state, jnp.int32(state.step), src, tgt_in, tgt_out)
+      loss = multihost.to_host(loss)  # waits for the step: honest timings
+    except jax.errors.JaxRuntimeError as e:
+      if "RESOURCE_EXHAUSTED" not in str(e) and "out of memory" not in str(e).lower():
+        raise
+      # XLA's own report is some 50 lines of traceback and allocator state.
+      first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+      raise OutOfMemory(
+          f"[{self.label}] out of memory in training step {state.step + 1} ({len(self.seeds)} "
+          f"members, a batch of {np.shape(src)[0]:,} sentences of {np.shape(src)[1]} tokens): "
+          f"lower --batch_size (or --seeds, --members); XLA: {first[:200]}") from None
+    return state.replace(params=params, opt_state=opt_state, step=state.step + 1, loss=loss)
 
   def train_step(self, batch, step: int) -> np.ndarray:
     """Step `step` of every member on `batch`, from and into `self.state`;
@@ -293,7 +292,8 @@ class EnsembleTrainer:
         # to the checkpoint's step, so every process gets the same values.
         meta = with_logged_best_ppl(meta, history, self.seeds)
       self.state = self.state.restored(arrays, meta)
-      log(f"[{self.label}] resumed at step {self.state.step}")
+      moved = placement_lib.layout_change(meta.get("layout"), self.placement.layout())
+      log(f"[{self.label}] resumed at step {self.state.step}" + (f"; {moved}" if moved else ""))
     searched = time.time()
     self.evaluator.check_memory(log)
     log(f"[{self.label}] evaluation batches chosen in {time.time() - searched:.1f} s")

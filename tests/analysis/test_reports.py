@@ -71,6 +71,28 @@ def test_plots_are_written(tmp_path):
   assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
 
 
+def test_an_empty_hypothesis_draws_the_source_with_a_note_and_no_warning(tmp_path,
+                                                                        monkeypatch):
+  # A first run's heat map was blank (`"hyp": []`), with a matplotlib
+  # warning naming a path of this machine, three to five times per run.
+  import warnings
+  drawn = []
+  save = plots.save_figure
+  monkeypatch.setattr(plots, "save_figure", lambda fig, path: (drawn.append(fig),
+                                                               save(fig, path)))
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    plots.plot_attention({"src": ["a", "b", "</s>"], "hyp": [],
+                          "weights": np.full((1, 3), 1 / 3)}, "t", str(tmp_path / "h.png"))
+  assert [str(w.message) for w in caught] == []
+  (ax,) = drawn[0].axes
+  assert not ax.images  # no heat map of no rows
+  assert [t.get_text() for t in ax.get_xticklabels()] == ["a", "b", "</s>"]
+  assert [t.get_text() for t in ax.texts] == [plots.EMPTY_HYPOTHESIS_NOTE]
+  assert "empty" in plots.EMPTY_HYPOTHESIS_NOTE
+  assert _read_png(tmp_path / "h.png") == b"\x89PNG\r\n\x1a\n"
+
+
 def test_write_jsonl_roundtrip(tmp_path):
   import json
   path = str(tmp_path / "r.jsonl")
@@ -240,6 +262,37 @@ def test_a_transformer_grid_reports_every_kind_and_an_rnn_grid_its_max_logit(tmp
       assert cross_only in text and "attention kind" not in text
       assert "| 0.003 | 120.00 ± 0.00 (120.00) |" in text
       assert not os.path.exists(workdir.kinds_plot)
+
+
+def _one_layer_rows():
+  """`_transformer_rows` of a one-layer Transformer: layer 0 of each kind only."""
+  return [{**r, "diagnostics": {k: v for k, v in r["diagnostics"].items()
+                                if not k.endswith("_l1")}} for r in _transformer_rows()]
+
+
+def test_a_one_layer_model_has_no_per_layer_tables_repeating_its_per_kind_tables(tmp_path):
+  # Each per-layer table of a one-layer model was its per-kind table again,
+  # cell for cell, under another caption.
+  from attention_jax.analysis import reports
+  from attention_jax.sweep import config, workdir as workdir_lib
+  runs = _by_arm(_one_layer_rows())
+  workdir = _fake_workdir(tmp_path / "t", runs, {a: _history(r) for a, r in runs.items()})
+  cfg = config.from_preset("transformer", arms=("dot", "scaled_dot"), dims=(16,))
+  text = reports.write_reports(workdir, cfg)
+  assert text.count("per attention kind (") == 3
+  assert "per attention kind and layer" not in text and " l0 |" not in text
+  assert text.count("| dot | 16 | 40.0 | 350.0 | 14.0 |") == 1  # the largest logits, once
+  assert "Each attention kind has one layer here" in text
+  # a grid of one-layer points: the same
+  points = config.grid(cfg, (("learning_rate", (1e-3, 3e-3)),))
+  grid = workdir_lib.Workdir(str(tmp_path / "g"))
+  for p in points:
+    _fake_workdir(grid.point(p).path, runs, {a: _history(r) for a, r in runs.items()})
+  text = reports.write_grid_reports(grid, cfg, points)
+  assert text.count("per attention kind (") == 3 and "per attention kind and layer" not in text
+  assert "Each attention kind has one layer here" in text
+  assert tables.one_layer_per_kind(_one_layer_rows())
+  assert not tables.one_layer_per_kind(_transformer_rows())
 
 
 @pytest.mark.parametrize("seeds,said", [(1, "1 seed."), (2, "2 seeds.")])

@@ -268,6 +268,33 @@ def test_ensure_prepared_rebuilds_damaged_data(tmp_path, damage):
   assert sorted(cols["en"]) == sorted(f"en {i}" for i in range(20))
 
 
+@pytest.mark.parametrize("damage,file,wrong", [
+    (_killed_before_marker, tfds_prep.MARKER, "is missing (a preparation cut short)"),
+    (_lost_metadata, "dataset_info.json", "is missing"),
+    (_lost_shard, "-test.array_record", "is missing"),
+    (_truncated_shard, "-train.array_record", "bytes where "),
+    (_flipped_bytes, "-train.array_record", "(SHA-256 differs)")])
+def test_a_damaged_corpus_is_named_with_what_is_wrong_before_it_is_rebuilt(
+    tmp_path, capsys, damage, file, wrong):
+  # It was rebuilt without a word: a user never learnt the corpus was damaged.
+  make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
+  builder = tfds_prep.ensure_prepared(make, lock_dir=tmp_path)
+  first = capsys.readouterr().out
+  assert " is damaged: " not in first  # a first preparation is no repair
+  version_dir = Path(os.fspath(builder.data_path))
+  damage(version_dir)
+  tfds_prep.ensure_prepared(make, lock_dir=tmp_path)
+  lines = capsys.readouterr().out.splitlines()
+  said = [i for i, line in enumerate(lines) if " is damaged: " in line]
+  assert len(said) == 1, lines
+  line = lines[said[0]]
+  assert line.startswith(f"the prepared data in {version_dir} is damaged: {version_dir}/")
+  assert line.endswith("; rebuilding it")
+  named = line.split(" is damaged: ")[1]
+  assert file in named.split(" ")[0] and wrong in named, line
+  assert [i for i, l in enumerate(lines) if l.startswith("preparing ")] == [said[0] + 1], lines
+
+
 def test_concurrent_preparations_take_turns(tmp_path):
   make = lambda: ToyPairs(data_dir=str(tmp_path), file_format="array_record")
   results, errors = [], []

@@ -270,6 +270,43 @@ def test_a_worker_that_cannot_start_its_backend_fails_each_run_saying_why(tmp_pa
   assert len(lines) == 3 and all("could not start" in line for line in lines)
 
 
+def test_workers_that_cannot_start_say_one_line_each_and_the_summary_says_none_finished(
+    tmp_path, capfd):
+  # A TPU worker's failed start printed jax's ~45-line traceback per worker,
+  # and the summary said "The others finished" when none had.
+  jobs = [ToyJob(f"job{i}", "ok", str(tmp_path)) for i in range(3)]
+  with pytest.raises(workers.RunsFailed) as e:
+    workers.run_in_workers(2, jobs, group_train, None, lambda job: None, log=lambda line: None,
+                           environments=[{"JAX_PLATFORMS": "tpu"}] * 2)
+  message = str(e.value)
+  assert "None finished" in message and "others finished" not in message
+  assert e.value.finished == 0
+  err = capfd.readouterr().err
+  assert "Traceback" not in err, err
+  said = [line for line in err.splitlines() if "could not start" in line]
+  assert sorted(line.split(":")[0] for line in said) == ["worker 0", "worker 1"], err
+  # the last line of the error: what went wrong, not the first frame
+  assert all("Unable to initialize backend 'tpu'" in line for line in said), err
+
+
+def test_the_summary_counts_the_runs_that_finished(tmp_path):
+  with pytest.raises(workers.RunsFailed) as e:
+    _run(tmp_path, ["fail", "ok", "ok"], workers_count=1)
+  assert "1 of 3 runs failed" in str(e.value) and "2 of 3 finished" in str(e.value)
+  assert e.value.finished == 2
+  # a run that pauses at the deadline is neither failed nor finished
+  with pytest.raises(workers.RunsFailed) as e:
+    _run(tmp_path, ["fail", "paused"], workers_count=1)
+  assert "None finished" in str(e.value) and e.value.finished == 0
+
+
+def test_one_line_of_an_error_is_its_last():
+  chained = RuntimeError("Unable to initialize backend 'tpu'\nlibtpu.so: not found")
+  assert workers.last_line(chained) == "RuntimeError: libtpu.so: not found"
+  assert workers.last_line(ValueError("bad --workers")) == "bad --workers"
+  assert workers.last_line(KeyError("x")) == "KeyError: 'x'"
+
+
 def test_fewer_device_groups_than_workers_is_refused():
   with pytest.raises(ValueError, match="`--workers` = 2 needs as many device groups; 1 given"):
     workers.run_in_workers(2, [ToyJob("job0", "ok", "x")], group_train, None,

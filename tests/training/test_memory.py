@@ -14,6 +14,7 @@ from attention_jax.data import input_pipeline
 from attention_jax.sweep import config
 from attention_jax.sweep import runner
 from attention_jax.training import memory
+from attention_jax.training import train_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -67,7 +68,10 @@ def test_an_evaluation_budget_over_the_memory_is_refused():
     config.from_preset("smoke", eval_memory_gb=1e300)  # its bytes overflowed an integer
 
 
-def test_a_worker_with_memory_of_its_own_is_checked_against_all_of_it():
+def test_a_worker_with_memory_of_its_own_is_checked_against_all_of_it(monkeypatch):
+  # The step counted by its lower bound alone: the sharing is what is tested.
+  monkeypatch.setattr(memory, "step_memory",
+                      lambda run, data, budget: memory.step_bytes(run, data))
   run, data = _point(workers=8)
   need = memory.state_bytes(run, data)[1] + memory.step_bytes(run, data)
   with pytest.raises(ValueError, match="shared by 8 --workers"):
@@ -167,3 +171,80 @@ def test_the_benchmarks_memory_limit_reads_the_same_memory_as_the_trainer(monkey
   assert timing.memory_limit_bytes(2.0) == 2 * 2**30
   monkeypatch.setattr(memory.jax, "devices", lambda: [_FakeDevice("cpu", None)])
   assert timing.memory_limit_bytes(None) == 64 * 2**30
+
+
+def test_a_batch_between_the_lower_bound_and_the_need_is_refused_before_the_workdir(
+    tmp_path, monkeypatch):
+  # 100,000 sentences of one smoke model: the lower bound (logits and encoder
+  # output) is about 0.27 GiB, XLA's count of the compiled step about 40
+  # times that; 4 GiB lies between.
+  run, data = _point(seeds=1, batch_size=100_000)
+  low = memory.step_bytes(run, data)
+  need = memory.step_memory(run, data, budget=0)  # compiled: nothing allocated
+  assert low < 2**30 and need > 20 * low
+  monkeypatch.setattr(memory, "training_memory", lambda: 4 * 2**30)
+  cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), seeds=1, batch_size=100_000)
+  with pytest.raises(ValueError) as info:
+    runner.run(cfg, str(tmp_path / "w"), report=reports.write, data=data)
+  message = str(info.value)
+  assert "\n" not in message and "--batch_size" in message and "100,000 sentences" in message
+  assert "XLA's memory analysis of the compiled step" in message
+  assert not (tmp_path / "w").exists()
+
+
+def test_an_out_of_memory_in_a_training_step_is_one_line_naming_batch_size(tmp_path,
+                                                                            monkeypatch):
+  import jax  # pylint: disable=g-import-not-at-top
+
+  def step(*inputs):  # the trainer's compiled step, as XLA:CPU fails it
+    del inputs
+    raise jax.errors.JaxRuntimeError(
+        "RESOURCE_EXHAUSTED: Out of memory allocating 22419096800 bytes.\n"
+        + "\n".join(f"allocator state line {i}" for i in range(40)))
+
+  monkeypatch.setattr(train_lib.EnsembleTrainer, "_build_train_step", lambda self: step)
+  cfg = config.from_preset("smoke", arms=("additive",), dims=(8,), steps=2,
+                           eval_examples=8, test_examples=8)
+  with pytest.raises(ValueError) as info:
+    runner.run(cfg, str(tmp_path / "w"), report=reports.write, log=lambda line: None)
+  assert str(info.value) == (
+      "[additive d=8] out of memory in training step 1 (2 members, a batch of 32 sentences of "
+      f"{_width(cfg)} tokens): lower --batch_size (or --seeds, --members); XLA: "
+      "RESOURCE_EXHAUSTED: Out of memory allocating 22419096800 bytes.")
+
+
+def _width(cfg) -> int:
+  """The padded length of the first training batch of `cfg`'s smoke data."""
+  data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
+  batch = next(data.batches("train", cfg.batch_size, seed=cfg.data_seed, shuffle=True,
+                            repeat=True, max_length=cfg.max_length))
+  return batch.src.shape[1]
+
+
+def test_more_members_than_a_cpu_program_runs_in_turn_are_refused():
+  run, _ = _point(seeds=1, members="learning_rate=" + ",".join(
+      str(1e-3 + i * 1e-6) for i in range(memory.MAX_IN_TURN_MEMBERS)))
+  memory.check_members(run)  # 32: one program takes them
+  over, _ = _point(seeds=1, members="learning_rate=" + ",".join(
+      str(1e-3 + i * 1e-6) for i in range(memory.MAX_IN_TURN_MEMBERS + 1)))
+  with pytest.raises(ValueError) as info:
+    memory.check_members(over)
+  message = str(info.value)
+  assert "\n" not in message and message.startswith("--members / --seeds: 33 members")
+  assert "over the 32 the CPU takes" in message
+  memory.check_members(over, member_groups=2)  # 17 on each of 2 devices
+
+
+def test_thousands_of_members_are_refused_in_one_line_before_any_work(tmp_path):
+  # 5,000 learning rates passed every check, then compiled for 12 minutes
+  # (16.7 GB) without a first step.
+  rates = ",".join(f"{1e-4 * (1 + i / 5000):.8g}" for i in range(5000))
+  proc = subprocess.run([sys.executable, "-m", "experiments.ablation", "--preset=smoke",
+                         "--arms=additive", "--dims=8", "--seeds=1",
+                         f"--members=learning_rate={rates}", f"--workdir={tmp_path / 'w'}"],
+                        cwd=ROOT, capture_output=True, text=True, timeout=120)
+  err = [l for l in proc.stderr.splitlines() if l.strip()]
+  assert proc.returncode == 1 and len(err) == 1, proc.stderr[-3000:]
+  assert err[0].startswith("error: --members / --seeds: 5000 members (1 seed(s) x 5000 values)")
+  assert "over the 32 the CPU takes" in err[0]
+  assert not (tmp_path / "w").exists()
