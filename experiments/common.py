@@ -60,6 +60,10 @@ def define_flags(skip: tuple[str, ...] = ()) -> None:
                       "--num_processes or --process_id.")
   flags.DEFINE_integer("num_processes", None, "Number of processes (multi-host).")
   flags.DEFINE_integer("process_id", None, "This process's index (multi-host).")
+  flags.DEFINE_list("import", [], "Modules to import before the flags are read, e.g. "
+                    "--import=my_scores: a module that `registry.register`s a score of its "
+                    "own, which --arms can then name (importable from the current folder or "
+                    "PYTHONPATH; --workers' processes import it too).")
   flags.DEFINE_enum("mesh", "auto", list(placement.SCHEMES),
                     "How several devices share a run: 'members' (each device its own "
                     "members, the batch whole on each: no communication in a step; the "
@@ -139,16 +143,57 @@ def overrides(cls=config_lib.ExperimentConfig, extra: dict | None = None) -> dic
 
 def show_config(cfg, preset: str, given: dict) -> str:
   """The resolved settings of `cfg`, a line each: `--field=value` and where
-  the value comes from (a flag, the preset, or the dataclass default)."""
+  the value comes from (a flag, the preset, or the dataclass default); a
+  field that `--members` varies shows every member's value, not the first
+  member's (which the config holds)."""
   from_preset = config_lib.PRESETS[preset]
+  members = dict(cfg.member_axes())
   lines = [f"# the settings of --preset={preset} with the flags given; each line is a flag"]
   for field in dataclasses.fields(cfg):
     value = getattr(cfg, field.name)
     text = ",".join(map(str, value)) if isinstance(value, tuple) else value
+    if field.name in members:
+      values = ",".join(map(repr, members[field.name]))
+      lines.append(f"--{field.name}={values}  # --members: one member per value, each "
+                   "trained with every seed")
+      continue
     source = ("flag" if field.name in given else
               "preset" if field.name in from_preset else "default")
     lines.append(f"--{field.name}={text}  # {source}")
   return "\n".join(lines)
+
+
+def import_modules(names) -> None:
+  """Imports each module `--import` names (its `registry.register` calls add
+  its scores), in this process and, through `workers.IMPORTS_ENV`, in every
+  `--workers` process; a ValueError of one line naming the flag and the
+  module where one cannot be imported. The flag stays in the command the
+  result rows record, so `--report_only` and a re-run import it too."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
+  names = [n.strip() for n in names if n.strip()]
+  if os.getcwd() not in sys.path and "" not in sys.path:
+    sys.path.insert(0, os.getcwd())  # as `python -m` does: the current folder's modules
+  for name in names:
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"`--import`: cannot import {name!r}: {type(e).__name__}: "
+                       f"{str(e).splitlines()[0] if str(e) else ''}") from None
+  if names:
+    os.environ[workers.IMPORTS_ENV] = ",".join(names)
+
+
+def members_conflict(given: dict) -> str | None:
+  """One line where a field is given both plainly and in `--members` (as
+  `--sweep` refuses it: the members' values would silently replace the
+  flag's); None otherwise."""
+  if not given.get("members"):
+    return None
+  name, _ = config_lib.parse_members(given["members"])
+  if name in given:
+    return f"`{name}` is given both as --{name} and in --members; give one."
+  return None
 
 
 def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
@@ -159,7 +204,11 @@ def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
     `(config, axes)`: axes as `config.parse_axis` gives them.
   """
   try:
+    import_modules(FLAGS["import"].value)
     given = overrides(extra=extra)
+    conflict = members_conflict(given)
+    if conflict:
+      raise ValueError(conflict)
     if FLAGS.show_config:
       cfg = config_lib.from_preset(FLAGS.preset, **given)
       config_lib.check_family(cfg.model, given)

@@ -174,6 +174,17 @@ def tpu_groups(workers: int, chips: int, version: str | None,
   return groups
 
 
+# The modules the driver imported for `--import` (a score of one's own), which
+# a worker process, started afresh, imports too before it builds a model.
+IMPORTS_ENV = "ATTENTION_JAX_IMPORT"
+
+
+def _import_driver_modules() -> None:
+  import importlib  # pylint: disable=g-import-not-at-top
+  for name in filter(None, os.environ.get(IMPORTS_ENV, "").split(",")):
+    importlib.import_module(name)
+
+
 def _worker_init(parent_pid: int, stop, index: int, environment: dict | None = None) -> None:
   """Set-up of a `--workers` process: on a core of its own (the `index`-th
   the driver may use, round robin), or, given the `environment` of a device
@@ -197,6 +208,7 @@ def _worker_init(parent_pid: int, stop, index: int, environment: dict | None = N
   if os.getppid() != parent_pid:  # the parent died before prctl took effect
     os._exit(1)
   provenance.fields()  # as the driver does: the commit as the run starts, not at its first row
+  _import_driver_modules()
 
 
 def why(error: BaseException) -> str:

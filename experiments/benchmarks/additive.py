@@ -16,7 +16,6 @@ Glossary: B batch, T sequence length (Tq = Tk), d query / key / value size
 
 from __future__ import annotations
 
-import argparse
 import functools
 import math
 import os
@@ -253,44 +252,55 @@ def parse_tile(text: str) -> pallas_additive.Blocks:
   return pallas_additive.Blocks(*map(int, sizes), int(warps or 4))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def define_flags() -> None:
+  """The tile search's flags, defined only when this module is the program
+  (the benchmark driver imports it as a suite)."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  flags.DEFINE_string("workdir", None, "Folder of tiles.jsonl (created; rows appended).")
+  flags.DEFINE_integer("seq_len", 1024, "T of the timed shape.")
+  flags.DEFINE_enum("preset", "gpu", sorted(settings_lib.PRESETS), "Benchmark settings preset.")
+  flags.DEFINE_string("backwards", "fused,split", "Backward forms to time, comma-separated.")
+  flags.DEFINE_enum("tanh_impl", "accurate", list(pallas_additive.TANH_IMPLS), "tanh form.")
+  flags.DEFINE_string("tiles", "", "Tiles ROWSxCOLSxCHUNK[wWARPS], comma-separated, instead of "
+                      "every candidate (to fit a short device lease: each compiles its own "
+                      "kernels).")
+
+
+def main(argv: Sequence[str]) -> int:
   """`python -m experiments.benchmarks.additive --workdir=DIR [--seq_len=1024]
   [--preset=gpu] [--backwards=fused,split] [--tanh_impl=accurate]
-  [--tiles=16x16x32w4,...]`: the tile search (`--tiles`: these tiles instead
-  of every candidate, to fit a short device lease: each candidate compiles
-  its own kernels), its rows appended to DIR/tiles.jsonl (stamped with the
-  machine, the commit and the versions, as benchmark.jsonl's) with the
-  command line."""
-  parser = argparse.ArgumentParser(prog="python -m experiments.benchmarks.additive",
-                                   description=tile_search.__doc__.split("\n")[0])
-  parser.add_argument("--workdir", required=True)
-  parser.add_argument("--seq_len", type=int, default=1024)
-  parser.add_argument("--preset", default="gpu", choices=sorted(settings_lib.PRESETS))
-  parser.add_argument("--backwards", default="fused,split")
-  parser.add_argument("--tanh_impl", default="accurate", choices=pallas_additive.TANH_IMPLS)
-  parser.add_argument("--tiles", default="")
-  flags = parser.parse_args(argv)
+  [--tiles=16x16x32w4,...]`: the tile search, its rows appended to
+  DIR/tiles.jsonl (stamped with the machine, the commit and the versions, as
+  benchmark.jsonl's) with the command line. A bad flag is one line, before
+  any work."""
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  options = flags.FLAGS
+  if len(argv) > 1:
+    sys.exit(f"error: unexpected arguments {argv[1:]}")
+  if not options.workdir:
+    sys.exit("error: --workdir is required: the folder of tiles.jsonl.")
   try:
-    tiles = [parse_tile(t) for t in flags.tiles.split(",") if t] or None
+    tiles = [parse_tile(t) for t in options.tiles.split(",") if t] or None
   except ValueError as e:
-    parser.error(f"--tiles: {e}")
-  backwards = tuple(flags.backwards.split(","))
+    sys.exit(f"error: --tiles: {e}")
+  backwards = tuple(options.backwards.split(","))
   for backward in backwards:
     if backward not in pallas_additive.BACKWARDS:
-      parser.error(f"--backwards: {backward!r} is not one of {pallas_additive.BACKWARDS}")
-  settings = settings_lib.from_preset(flags.preset)
-  os.makedirs(flags.workdir, exist_ok=True)
-  command = "python -m experiments.benchmarks.additive " + " ".join(
-      sys.argv[1:] if argv is None else argv)
+      sys.exit(f"error: --backwards: {backward!r} is not one of {pallas_additive.BACKWARDS}")
+  settings = settings_lib.from_preset(options.preset)
+  os.makedirs(options.workdir, exist_ok=True)
+  command = "python -m experiments.benchmarks.additive " + " ".join(argv[1:] or sys.argv[1:])
   run_id = f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())}/{os.getpid()}"
-  with jsonl.appending(os.path.join(flags.workdir, "tiles.jsonl"), bm.machine_description(),
+  with jsonl.appending(os.path.join(options.workdir, "tiles.jsonl"), bm.machine_description(),
                        run_id) as append:
     timed = tile_search(settings, lambda row: append({**row, "command": command}),
-                        flags.seq_len, backwards=backwards, tanh_impl=flags.tanh_impl,
+                        options.seq_len, backwards=backwards, tanh_impl=options.tanh_impl,
                         candidates=tiles)
   print(f"timed {timed} candidates")
   return 0
 
 
 if __name__ == "__main__":
-  sys.exit(main())
+  from absl import app  # pylint: disable=g-import-not-at-top
+  define_flags()
+  app.run(main)
