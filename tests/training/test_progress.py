@@ -172,7 +172,8 @@ def _evaluator(rc, clock, seen):
   ev.tok = types.SimpleNamespace(pad_id=0, sos_id=1, eos_id=2, decode=lambda ids: "a b")
   ev.val_beam_size = rc.evaluation.validation_beam
   ev.placement = types.SimpleNamespace(sharded=True, put=lambda *a: a,
-                                       replicated=lambda x: x)
+                                       replicated=lambda x: x,
+                                       layout=lambda: {"devices": 1, "members": 1, "data": 1})
   ev._decoders, ev._batch_sizes = {}, {}
   # What the estimate reads (as `Evaluator.__init__` sets it).
   ev.validation_costs, ev._decoded, ev._translated_batches, ev._test_batches = [], set(), 0, None
