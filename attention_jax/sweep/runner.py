@@ -349,7 +349,10 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets,
     return None
   if not primary:
     return None
-  table = plan.report_all(problems, log=log)
+  # Where no run finished (every one failed) there is no report to write: an
+  # empty results.jsonl would read as a sweep of no runs.
+  table = (plan.report_all(problems, log=log) if any(job.run.finished for job in plan.jobs())
+           else None)
   failures = failures + [f"[{plan.label_of(path)}] {why}" for path, why in problems.items()]
   if failures:
     raise workers.RunsFailed(failures, len(plan.jobs()))

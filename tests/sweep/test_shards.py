@@ -72,7 +72,7 @@ def test_three_shards_at_once_write_a_single_drivers_rows_and_table(single, tmp_
 
 
 @pytest.mark.slow  # a shard killed mid-run and run again, against a single driver
-def test_a_shard_killed_mid_run_resumes_from_its_checkpoint_and_the_rows_are_the_same(
+def test_a_shard_killed_mid_run_is_resumed_from_its_checkpoint_and_the_rows_are_the_same(
     single, tmp_path):
   workdir = tmp_path / "w"
   victim = _driver(workdir, "--shard=0/2", wait=False)
@@ -83,11 +83,17 @@ def test_a_shard_killed_mid_run_resumes_from_its_checkpoint_and_the_rows_are_the
   assert os.path.isdir(checkpoint), victim.communicate()[0][-3000:]
   victim.send_signal(signal.SIGKILL)
   victim.communicate()
-  code, out = _driver(workdir, "--shard=1/2")  # the other shard, meanwhile
+  # The other shard, meanwhile: after its own run it takes the dead shard's
+  # runs, which no live driver holds (work stealing), the killed one resumed
+  # from its checkpoint.
+  code, out = _driver(workdir, "--shard=1/2")
   assert code == 0, out[-3000:]
-  code, out = _driver(workdir, "--shard=0/2")  # the killed one, again
+  assert "[additive d=8] resumed at step 20" in out, out[-3000:]
+  assert "[additive d=8] shard 1/2: another shard's run, free: trained here" in out
+  # The killed shard, run again, finds every run finished.
+  code, out = _driver(workdir, "--shard=0/2")
   assert code == 0, out[-3000:]
-  assert "resum" in out.lower()
+  assert "0 runs trained here; all 3 runs of the sweep are finished" in out, out[-3000:]
   assert _numbers(workdir) == _numbers(single)
 
 
