@@ -97,6 +97,22 @@ def _reference(args, limit: int) -> tuple[Any, str]:
   return None, "; ".join(failures)
 
 
+def _checked_run(impl: str, compiled, args, reference, row: dict, write):
+  """Runs `compiled` once (its time, the first call's) and checks its
+  gradients against `reference`: the (row, bound call, first call's seconds)
+  that the timing takes, or None, the mismatch written as a refused row."""
+  start = time.perf_counter()
+  grads = jax.block_until_ready(compiled(*args))
+  first = time.perf_counter() - start
+  try:
+    row["max_abs_err"] = bm.verify_close(jax.tree.map(np.asarray, grads), reference,
+                                         rtol=bm.default_tolerance("float32"), name=impl)
+  except bm.KernelMismatchError as e:
+    write({**row, "status": "refused", "reason": str(e)})
+    return None
+  return row, functools.partial(compiled, *args), first
+
+
 def run(settings: Settings, write: Callable[[dict], None],
         progress: resume.Progress | None = None) -> None:
   """Chunked vs naive additive attention, forward+backward: temp memory and time
@@ -143,17 +159,10 @@ def run(settings: Settings, write: Callable[[dict], None],
                else f"compiled memory {size / 2 ** 30:.1f} GiB exceeds the limit")
         write({**row, "status": "compiled_only", "reason": why})
         continue
-      start = time.perf_counter()
-      grads = jax.block_until_ready(compiled(*args))
-      first = time.perf_counter() - start
-      try:
-        row["max_abs_err"] = bm.verify_close(jax.tree.map(np.asarray, grads), reference,
-                                             rtol=bm.default_tolerance("float32"), name=impl)
-      except bm.KernelMismatchError as e:
-        write({**row, "status": "refused", "reason": str(e)})
+      entry = _checked_run(impl, compiled, args, reference, row, write)
+      if entry is None:
         continue
-      del grads
-      ready[impl] = (row, functools.partial(compiled, *args), first)
+      ready[impl] = entry
     if not ready:
       continue
     timings, other_load, attempts = timing.time_ready(ready, settings,
@@ -222,17 +231,10 @@ def tile_search(settings: Settings, write: Callable[[dict], None], seq_len: int,
                "reason": f"compile failed: {type(e).__name__}: {str(e)[:200]}"})
         continue
       row.update(bm.memory_stats(compiled), compile_s=compile_s)
-      start = time.perf_counter()
-      grads = jax.block_until_ready(compiled(*args))
-      first = time.perf_counter() - start
-      try:
-        row["max_abs_err"] = bm.verify_close(jax.tree.map(np.asarray, grads), reference,
-                                             rtol=bm.default_tolerance("float32"), name=impl)
-      except bm.KernelMismatchError as e:
-        write({**row, "status": "refused", "reason": str(e)})
+      entry = _checked_run(impl, compiled, args, reference, row, write)
+      if entry is None:
         continue
-      del grads
-      ready[impl] = (row, functools.partial(compiled, *args), first)
+      ready[impl] = entry
   if not ready:
     return 0
   timings, other_load, attempts = timing.time_ready(ready, settings,
