@@ -163,39 +163,6 @@ def show_config(cfg, preset: str, given: dict) -> str:
   return "\n".join(lines)
 
 
-def import_modules(names) -> None:
-  """Imports each module `--import` names (its `registry.register` calls add
-  its scores), in this process and, through `workers.IMPORTS_ENV`, in every
-  `--workers` process; a ValueError of one line naming the flag and the
-  module where one cannot be imported. The flag stays in the command the
-  result rows record, so `--report_only` and a re-run import it too."""
-  import importlib  # pylint: disable=g-import-not-at-top
-  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
-  names = [n.strip() for n in names if n.strip()]
-  if os.getcwd() not in sys.path and "" not in sys.path:
-    sys.path.insert(0, os.getcwd())  # as `python -m` does: the current folder's modules
-  for name in names:
-    try:
-      importlib.import_module(name)
-    except Exception as e:  # pylint: disable=broad-except
-      raise ValueError(f"`--import`: cannot import {name!r}: {type(e).__name__}: "
-                       f"{str(e).splitlines()[0] if str(e) else ''}") from None
-  if names:
-    os.environ[workers.IMPORTS_ENV] = ",".join(names)
-
-
-def members_conflict(given: dict) -> str | None:
-  """One line where a field is given both plainly and in `--members` (as
-  `--sweep` refuses it: the members' values would silently replace the
-  flag's); None otherwise."""
-  if not given.get("members"):
-    return None
-  name, _ = config_lib.parse_members(given["members"])
-  if name in given:
-    return f"`{name}` is given both as --{name} and in --members; give one."
-  return None
-
-
 def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
   """Preset + explicit flags, and the parsed `--sweep` axes (every grid point
   checked); exits with one clear line on a bad value, before any work.
@@ -204,9 +171,10 @@ def build_config(extra: dict | None = None, sweep: tuple[str, ...] = ()):
     `(config, axes)`: axes as `config.parse_axis` gives them.
   """
   try:
-    import_modules(FLAGS["import"].value)
+    from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
+    workers.import_modules(FLAGS["import"].value)
     given = overrides(extra=extra)
-    conflict = members_conflict(given)
+    conflict = config_lib.members_conflict(given)
     if conflict:
       raise ValueError(conflict)
     if FLAGS.show_config:
@@ -284,35 +252,17 @@ def parse_list(name: str, value: str, cast: type = str) -> tuple:
   return items
 
 
-AUTO = "auto"
-
-
-def distributed_problem(address: str | None, num_processes: int | None,
-                        process_id: int | None) -> str | None:
-  """Why these flags cannot start `jax.distributed` (one line naming them),
-  checked before anything connects; None if they can (or ask for nothing)."""
-  if address == AUTO:
-    if num_processes is not None or process_id is not None:
-      return ("`--coordinator_address=auto` reads the processes from the scheduler: give no "
-              "`--num_processes` or `--process_id`.")
-    return None
-  given = [address, num_processes, process_id]
-  if any(v is not None for v in given) and any(v is None for v in given):
-    return ("`--coordinator_address`, `--num_processes` and `--process_id` must be given "
-            "together (or `--coordinator_address=auto` alone under a scheduler).")
-  return None
-
-
 def maybe_start_distributed() -> None:
   """Starts `jax.distributed` as the flags ask: with `auto`, JAX's own
   cluster detection (`jax.distributed.initialize()` without arguments:
   SLURM's, Open MPI's, Kubernetes' and Cloud TPU's environments); a
   scheduler it does not recognise is one line, not a hang."""
-  problem = distributed_problem(FLAGS.coordinator_address, FLAGS.num_processes,
-                                FLAGS.process_id)
+  from attention_jax.training import multihost  # pylint: disable=g-import-not-at-top
+  problem = multihost.distributed_problem(FLAGS.coordinator_address, FLAGS.num_processes,
+                                          FLAGS.process_id)
   if problem:
     sys.exit(f"error: {problem}")
-  if FLAGS.coordinator_address == AUTO:
+  if FLAGS.coordinator_address == multihost.AUTO:
     try:
       jax.distributed.initialize()
     except ValueError as e:  # jax found no scheduler's environment to read

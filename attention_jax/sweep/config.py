@@ -470,3 +470,15 @@ def from_preset(name: str, **overrides) -> ExperimentConfig:
   if name not in PRESETS:
     raise ValueError(f"`preset` got {name!r}; allowed values: {', '.join(PRESETS)}.")
   return ExperimentConfig(**{**PRESETS[name], **overrides})
+
+
+def members_conflict(given: dict) -> str | None:
+  """One line where a field is given both plainly and in `--members` (as
+  `--sweep` refuses it: the members' values would silently replace the
+  flag's); None otherwise."""
+  if not given.get("members"):
+    return None
+  name, _ = parse_members(given["members"])
+  if name in given:
+    return f"`{name}` is given both as --{name} and in --members; give one."
+  return None

@@ -179,6 +179,26 @@ def tpu_groups(workers: int, chips: int, version: str | None,
 IMPORTS_ENV = "ATTENTION_JAX_IMPORT"
 
 
+def import_modules(names) -> None:
+  """Imports each module `--import` names (its `registry.register` calls add
+  its scores), in this process and, through `IMPORTS_ENV`, in every
+  `--workers` process; a ValueError of one line naming the flag and the
+  module where one cannot be imported. The flag stays in the command the
+  result rows record, so `--report_only` and a re-run import it too."""
+  import importlib  # pylint: disable=g-import-not-at-top
+  names = [n.strip() for n in names if n.strip()]
+  if os.getcwd() not in sys.path and "" not in sys.path:
+    sys.path.insert(0, os.getcwd())  # as `python -m` does: the current folder's modules
+  for name in names:
+    try:
+      importlib.import_module(name)
+    except Exception as e:  # pylint: disable=broad-except
+      raise ValueError(f"`--import`: cannot import {name!r}: {type(e).__name__}: "
+                       f"{str(e).splitlines()[0] if str(e) else ''}") from None
+  if names:
+    os.environ[IMPORTS_ENV] = ",".join(names)
+
+
 def _import_driver_modules() -> None:
   import importlib  # pylint: disable=g-import-not-at-top
   for name in filter(None, os.environ.get(IMPORTS_ENV, "").split(",")):

@@ -47,3 +47,24 @@ def sync(name: str) -> None:
   """Waits until every process reached the barrier `name` (nothing to wait for alone)."""
   if jax.process_count() > 1:
     multihost_utils.sync_global_devices(name)
+
+
+# `--coordinator_address=auto`: jax.distributed.initialize() reads the processes
+# from the scheduler (SLURM, Open MPI, Kubernetes, Cloud TPU).
+AUTO = "auto"
+
+
+def distributed_problem(address: str | None, num_processes: int | None,
+                        process_id: int | None) -> str | None:
+  """Why these flags cannot start `jax.distributed` (one line naming them),
+  checked before anything connects; None if they can (or ask for nothing)."""
+  if address == AUTO:
+    if num_processes is not None or process_id is not None:
+      return ("`--coordinator_address=auto` reads the processes from the scheduler: give no "
+              "`--num_processes` or `--process_id`.")
+    return None
+  given = [address, num_processes, process_id]
+  if any(v is not None for v in given) and any(v is None for v in given):
+    return ("`--coordinator_address`, `--num_processes` and `--process_id` must be given "
+            "together (or `--coordinator_address=auto` alone under a scheduler).")
+  return None
