@@ -119,7 +119,7 @@ def test_a_stop_reaches_the_running_workers_after_a_death(tmp_path, monkeypatch)
   """SIGTERM while a worker is dead and another runs: the running one stops
   after its 'step' and the driver raises Interrupted (it used to ignore the
   first SIGTERM, blocked on the dead worker's answer)."""
-  monkeypatch.setattr(interrupts, "_received", {"signum": None, "event": None})
+  monkeypatch.setattr(interrupts, "_received", {"signum": None, "event": None, "unsaved": None})
   marks = tmp_path / "marks"
   marks.mkdir()
   results = tmp_path / "results"
