@@ -83,15 +83,15 @@ def test_a_shard_killed_mid_run_is_resumed_from_its_checkpoint_and_the_rows_are_
   assert os.path.isdir(checkpoint), victim.communicate()[0][-3000:]
   victim.send_signal(signal.SIGKILL)
   victim.communicate()
-  # The other shard, meanwhile: after its own run it takes the dead shard's
-  # runs, which no live driver holds (work stealing), the killed one resumed
-  # from its checkpoint.
-  code, out = _driver(workdir, "--shard=1/2")
+  # The killed shard, run again, resumes its run from the checkpoint; having
+  # done its share it takes the other shard's run too, which no live driver
+  # holds (work stealing).
+  code, out = _driver(workdir, "--shard=0/2")
   assert code == 0, out[-3000:]
   assert "[additive d=8] resumed at step 20" in out, out[-3000:]
-  assert "[additive d=8] shard 1/2: another shard's run, free: trained here" in out
-  # The killed shard, run again, finds every run finished.
-  code, out = _driver(workdir, "--shard=0/2")
+  assert "[multiplicative d=8] shard 0/2: another shard's run, free: trained here" in out
+  # The other shard, late, finds every run finished.
+  code, out = _driver(workdir, "--shard=1/2")
   assert code == 0, out[-3000:]
   assert "0 runs trained here; all 3 runs of the sweep are finished" in out, out[-3000:]
   assert _numbers(workdir) == _numbers(single)
