@@ -348,18 +348,13 @@ def read_grid(path: str, cfg: config_lib.ExperimentConfig,
 
 def merge(grids: Sequence[Grid]) -> Grid:
   """One grid of several (the main arms and the controls), which must share
-  the vocabulary and the number of steps, and no score."""
-  first = grids[0]
-  for g in grids[1:]:
-    if (g.vocab_size, g.steps) != (first.vocab_size, first.steps):
-      raise ValueError(f"grids of {first.vocab_size} and {g.vocab_size} pieces, "
-                       f"{first.steps} and {g.steps} steps cannot be analysed together.")
-    if set(g.scores) & set(first.scores):
-      raise ValueError(f"scores {sorted(set(g.scores) & set(first.scores))} are in two grids.")
-    first = Grid(first.records + g.records, first.missing + g.missing,
-                 {**first.learning_rates, **g.learning_rates}, {**first.dims, **g.dims},
-                 first.vocab_size, first.steps)
-  return first
+  the vocabulary and the number of steps (`union`), and no score."""
+  seen: set[str] = set()
+  for g in grids:
+    if seen & set(g.scores):
+      raise ValueError(f"scores {sorted(seen & set(g.scores))} are in two grids.")
+    seen |= set(g.scores)
+  return union(grids)
 
 
 # The presets whose grids this analysis reads (`preset_grids`).

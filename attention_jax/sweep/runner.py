@@ -320,24 +320,14 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets,
     if groups is None and mesh is not None:
       raise ValueError(f"`workers` = {cfg.workers} trains pairs in separate single-device "
                        "processes; it cannot be combined with a mesh of several devices.")
-    pending.sort(key=lambda job: -job.arm.attention_dim)
-    train = train_job if groups is None else functools.partial(train_job, mesh_scheme=scheme)
-    try:
-      finished = workers.run_in_workers(
-          max(1, min(cfg.workers, len(pending))), pending, train, deadline,
-          lambda job: plan.report(job.point, problems, log), log=log, environments=groups)
-    except workers.RunsFailed as e:  # the others finished: reported below, with the failures
-      failures, finished = e.failures, True
+    finished, failures = _in_workers(cfg, pending, groups, scheme, deadline,
+                                     lambda job: plan.report(job.point, problems, log), log)
   else:
     finished = True
     sweep = progress.SweepProgress(len(pending))  # the whole sweep's ETA on each line
     for job in pending:
       sweep.start_run()
-      if multihost.anywhere(interrupts.requested() is not None):  # between two runs
-        signum = interrupts.requested() or signal.SIGTERM
-        log(f"{signal.Signals(signum).name}: stopped before [{job.label}]; finished "
-            "runs are kept, re-run the same command to continue")
-        raise interrupts.Interrupted(signum)
+      _stop_if_asked(job, log)
       if not train_group(job.config, job.run, job.arm, data_sets.get(job.config), mesh=mesh,
                          log=log, deadline=deadline, label=job.label, sweep=sweep):
         finished = False
@@ -357,6 +347,32 @@ def _run_locked(plan: Plan, *, mesh, log, data_sets: datasets_lib.Datasets,
   if failures:
     raise workers.RunsFailed(failures, len(plan.jobs()))
   return table
+
+
+def _stop_if_asked(job: Job, log: Callable[[str], None]) -> None:
+  """Between two runs (nothing under way to save): where a stop was asked
+  for, in any process, says so and raises `interrupts.Interrupted`."""
+  if multihost.anywhere(interrupts.requested() is not None):
+    signum = interrupts.requested() or signal.SIGTERM
+    log(f"{signal.Signals(signum).name}: stopped before [{job.label}]; finished runs are "
+        "kept, re-run the same command to continue")
+    raise interrupts.Interrupted(signum)
+
+
+def _in_workers(cfg: ExperimentConfig, pending: list[Job], groups: Sequence[dict] | None,
+                scheme: str, deadline: float | None, report: Callable[[Job], object],
+                log: Callable[[str], None]) -> tuple[bool, list[str]]:
+  """Trains `pending` in `--workers` processes (the largest dimension first,
+  so the longest runs start first; on `groups` of devices where given), each
+  reported by `report` as it finishes: (False where the time budget stopped
+  them, the "[label] why" of the runs that failed; the others finished)."""
+  pending = sorted(pending, key=lambda job: -job.arm.attention_dim)
+  train = train_job if groups is None else functools.partial(train_job, mesh_scheme=scheme)
+  try:
+    return workers.run_in_workers(max(1, min(cfg.workers, len(pending))), pending, train,
+                                  deadline, report, log=log, environments=groups), []
+  except workers.RunsFailed as e:  # the others finished: reported by the caller, with these
+    return True, e.failures
 
 
 def _take(job: Job, log: Callable[[str], None]) -> workdir_lock.WorkdirLock | None:
@@ -404,16 +420,8 @@ def _run_shard(plan: Plan, shard: tuple[int, int], *, mesh, log,
           held.append(lock)
           if _prepare(job, log):
             pending.append(job)
-      pending.sort(key=lambda job: -job.arm.attention_dim)
       if pending:
-        train = (train_job if groups is None
-                 else functools.partial(train_job, mesh_scheme=scheme))
-        try:
-          finished = workers.run_in_workers(
-              max(1, min(cfg.workers, len(pending))), pending, train, deadline, report,
-              log=log, environments=groups)
-        except workers.RunsFailed as e:
-          failures, finished = e.failures, True
+        finished, failures = _in_workers(cfg, pending, groups, scheme, deadline, report, log)
         if not finished:
           log("time budget reached; re-run the same command to continue")
           return None
@@ -428,11 +436,7 @@ def _run_shard(plan: Plan, shard: tuple[int, int], *, mesh, log,
     for job in list(mine) + others:
       if job not in mine and job.run.finished:
         continue  # another shard's, done: nothing to say
-      if interrupts.requested() is not None:  # between two runs: nothing under way to save
-        signum = interrupts.requested()
-        log(f"{signal.Signals(signum).name}: stopped before [{job.label}]; finished runs are "
-            "kept, re-run the same command to continue")
-        raise interrupts.Interrupted(signum)
+      _stop_if_asked(job, log)
       lock = _take(job, log)
       if lock is None:
         continue
