@@ -119,10 +119,10 @@ $(AOT_VENV)/.installed-stamp: scripts/aot_env.sh pyproject.toml
 PYTHON312 ?= python3.12
 
 compile-check: $(AOT_VENV)/.installed-stamp
-	$(AOT_VENV)/bin/python -m experiments.compile_check --target=h100 --out=$(OUT)
-	$(AOT_VENV)/bin/python -m experiments.compile_check --target=tpu_v5e \
+	$(AOT_VENV)/bin/python -m experiments.compile_check.run --target=h100 --out=$(OUT)
+	$(AOT_VENV)/bin/python -m experiments.compile_check.run --target=tpu_v5e \
 	    --kernel_seq_lens=512,2048,8192,16384 --additive_seq_lens=256,1024,4096 \
 	    --out=$(OUT)
 
 compile-check-test: $(AOT_VENV)/.installed-stamp $(STAMP)
-	$(PY) -m pytest -q -m aot tests/experiments/test_compile_check.py
+	$(PY) -m pytest -q -m aot tests/compile_check/test_compile_check.py

@@ -30,7 +30,7 @@ __all__ = ["attend", "attention", "compute_scores", "select_implementation", "IM
 IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise", "pallas")
 
 # On CPUs `auto` takes `blockwise` from this many keys on, `plain` below it.
-# Measured with experiments/benchmark.py on a 2-core Xeon (float32, B = H = 8,
+# Measured with experiments/kernels/run.py on a 2-core Xeon (float32, B = H = 8,
 # D = 64, forward+backward, wall clock): blockwise is 1.7x faster than plain at
 # Tk = 512 and 2x at 1024, but plain is faster at 128 and 256 (36 vs 49 ms at
 # 256: the tiles are too small to keep both cores busy). Between 256 and 512
@@ -148,7 +148,7 @@ _CUDNN_COMPILES: dict[tuple, bool] = {}
 
 # Where `_cudnn_compiles` compiles its probe: None, the default device (the
 # GPU the program runs on). A program compiled ahead of time for a device
-# this host only describes (experiments/compile_check.py: an H100 target on
+# this host only describes (experiments/compile_check/run.py: an H100 target on
 # a CPU host) sets a sharding on that device, so that `auto` decides as it
 # would there; compiled for the host's CPU the probe always fails.
 cudnn_probe_sharding: jax.sharding.Sharding | None = None

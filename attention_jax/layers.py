@@ -86,7 +86,7 @@ def dense(layer: Callable[[jax.Array], jax.Array], x: jax.Array) -> jax.Array:
   gradient and takes a slow matrix-product path: the quick RNN's output layer
   ([64, 32, 128] @ [128, 2000], log-softmax loss, forward and backward) takes
   54 ms that way and 24 ms flattened, on one core of the 2-core Xeon
-  (results/cpu_efficiency/round2/micro.log, commit c8b4b72; experiments/cpu_micro.py).
+  (results/cpu_efficiency/round2/micro.log, commit c8b4b72; experiments/cpu_efficiency/cpu_micro.py).
   The Transformer preset's whole step (2 seeds) took 0.70-0.75x its time at
   d_k 16 and 0.63-0.65x at d_k 256 once its products went through here
   (results/cpu_efficiency/transformer_flat, commit 3f9b604).

@@ -598,7 +598,7 @@ def _powers_of_two(low: int, high: int) -> list[int]:
 def tile_candidates(platform: str, tq: int, tk: int, a: int, dv: int = 64,
                     masked: bool = False) -> list[Blocks]:
   """The tiles the benchmark's tile search times
-  (`experiments/benchmarks/additive.py`), smallest tanh tile first.
+  (`experiments/kernels/additive.py`), smallest tanh tile first.
 
   GPU (Triton): `rows`, `cols` and `chunk` powers of two from 16 (Triton's
   dot needs 16 on the score tile's sides; 16 float32 features keep each

@@ -103,7 +103,7 @@ class Score:
   naive: Callable[..., Any] | None = None
   # Left out of the entry's hash and equality: a dict cannot be hashed, and a
   # layer keeps its entry as static graph data, which JAX hashes when it
-  # compiles (`nnx.jit`'s GraphDef; experiments/init_logits.py failed so).
+  # compiles (`nnx.jit`'s GraphDef; experiments/init_logits/run.py failed so).
   logged_params: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False,
                                                        compare=False)
 

@@ -19,7 +19,7 @@ continue), 143 / 130 stopped by SIGTERM / Ctrl-C, 1 an error. `--sweep=FIELD=V1,
 config field, repeatable) makes a grid of such sweeps, one workdir per point
 inside --workdir, with tables and plots of the arms against the first axis.
 `--calibration` takes the `--steps`, `--eval_every` and `--dims` a calibration
-(`experiments.benchmarks.calibration`) planned for this preset on this device,
+(`experiments.calibration`) planned for this preset on this device,
 so that its measurement becomes the sweep's settings without editing a preset
 file; flags given beside it win. See attention_jax/sweep/workdir.py for the
 workdir layout.
@@ -31,7 +31,7 @@ from absl import app
 from absl import flags
 
 from experiments import common
-from experiments.benchmarks import calibration
+from experiments import calibration
 
 flags.DEFINE_string("arms", None, "Comma-separated arms (score functions) to compare; "
                     "default from the preset (additive,multiplicative,scaled_multiplicative).")
@@ -40,7 +40,7 @@ flags.DEFINE_multi_string(
     "sweep", [], "FIELD=V1,V2,...: also sweep this config field (repeat for a grid), "
     "e.g. --sweep=learning_rate=3e-4,1e-3,3e-3; each grid point is a workdir "
     "<workdir>/<field>=<value>; tables pivot the arms against the first axis.")
-flags.DEFINE_string("calibration", None, "calibration.json of experiments.benchmarks."
+flags.DEFINE_string("calibration", None, "calibration.json of experiments.kernels."
                     "calibration for this preset: its plan's --steps, --eval_every and --dims "
                     "(each flag given here wins over it).")
 flags.DEFINE_bool("report_only", False, "Rewrite the tables and plots of --workdir from its "

@@ -13,7 +13,7 @@ runs) in `--workdir`, finished or still running, and prints Markdown tables
 of each attention kind's softmax diagnostics over training
 (`attention_jax.analysis.attention_kinds`). Trains nothing and writes
 nothing. The step-0 values of the same models are in results/init_logits
-(`experiments.init_logits`).
+(`experiments.init_logits.run`).
 """
 
 import math

@@ -27,8 +27,10 @@ from attention_jax.sweep import host_memory
 from attention_jax.training import interrupts
 from attention_jax.training import metrics_log
 from attention_jax.training import placement
+import experiments
 
 FLAGS = flags.FLAGS
+experiments.add_study_presets()  # `--preset` names the studies' presets too
 
 # The exit status of a driver stopped by its time budget (`--max_minutes`)
 # with everything kept: the same command continues. EX_TEMPFAIL of

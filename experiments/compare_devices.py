@@ -172,7 +172,7 @@ def main(argv):
           "both kept their test outputs)\n\n" + table)
   print(text)
   if FLAGS.out:
-    from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+    from attention_jax import files  # pylint: disable=g-import-not-at-top
     os.makedirs(os.path.dirname(os.path.abspath(FLAGS.out)), exist_ok=True)
     files.atomic_write(FLAGS.out, text)
     print(f"wrote {FLAGS.out}")

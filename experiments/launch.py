@@ -239,7 +239,7 @@ def launch(argv: list[str], backend: str, shards: int, folder: str, wait: bool) 
 
 
 def write_state(folder: str, state: dict) -> None:
-  from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  from attention_jax import files  # pylint: disable=g-import-not-at-top
   os.makedirs(folder, exist_ok=True)
   files.atomic_write(os.path.join(folder, STATE), json.dumps(state, indent=1))
 
@@ -247,7 +247,7 @@ def write_state(folder: str, state: dict) -> None:
 def mark(folder: str, name: str, code: int) -> None:
   """`<folder>/<name>.done` (exit 0) or `.failed` (its exit code): how
   `--status` knows a task's end without SLURM's accounting database."""
-  from attention_jax.training import files  # pylint: disable=g-import-not-at-top
+  from attention_jax import files  # pylint: disable=g-import-not-at-top
   for old in (f"{name}.done", f"{name}.failed"):
     if os.path.exists(os.path.join(folder, old)):
       os.remove(os.path.join(folder, old))

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the environment of the compile check (experiments/compile_check.py):
+# Builds the environment of the compile check (experiments/compile_check/run.py):
 # jax 0.11.2 on Python 3.12, as on the lent GPU machines, with the two
 # compilers that work without their device on a CPU-only host:
 #   - libtpu (the `tpu` extra of jax, from PyPI): TPU topologies;

@@ -10,11 +10,11 @@
 # Usage: scripts/gpu_run.sh [--toy] STAGE OUTDIR [-- EXTRA FLAGS]
 #   check      pytest -m gpu tests/gpu: cuDNN vs plain attention, bf16 training
 #              steps, the vmapped ensemble        -> check.log, check.xml
-#   bench      experiments.benchmark --preset=gpu_headline, resumable: cases
+#   bench      experiments.kernels.run --preset=gpu_headline, resumable: cases
 #              already in benchmark.jsonl (the workdir's, or GPU_STATE's when
 #              the machine is fresh) are skipped, and it stops between cases
 #              at BENCH_MINUTES   -> benchmark.jsonl, benchmark.md, plots.tar.gz
-#   calibrate  experiments.benchmarks.calibration --preset=gpu: step and
+#   calibrate  experiments.calibration --preset=gpu: step and
 #              evaluation times of two cells, and the sweep's --steps, --dims
 #              and --eval_every sized for 3 pieces  -> calibration.json,
 #              calibration.md (with --steps_only: calibration_steps.json/.md,
@@ -101,7 +101,7 @@ trap 'rm -rf "$site"' EXIT
 export PYTHONPATH="$site:$repo${PYTHONPATH:+:$PYTHONPATH}"
 export ATTENTION_JAX_CACHE="$bundle/cache"
 # No .git travels to the device: result rows take the commit recorded when the
-# bundle was built (attention_jax/training/provenance.py reads this variable).
+# bundle was built (attention_jax/measure/provenance.py reads this variable).
 if [ ! -e "$repo/.git" ] && [ -z "${ATTENTION_JAX_COMMIT:-}" ] && [ -f "$bundle/COMMIT" ]; then
   export ATTENTION_JAX_COMMIT="$(cat "$bundle/COMMIT")"
 fi
@@ -205,10 +205,10 @@ case "$stage" in
       cp "$state/benchmark.jsonl" "$workdir/benchmark.jsonl"
     fi
     flags=(--preset="$preset" --workdir="$workdir" --max_minutes="$bench_minutes")
-    limited "$py" -m experiments.benchmark "${flags[@]}" "${extra[@]}"
+    limited "$py" -m experiments.kernels.run "${flags[@]}" "${extra[@]}"
     # Killed or failed: the report of the rows on disk (stopped, it wrote its own).
     if [ "$status" != 0 ] && [ "$status" != "$stopped" ]; then
-      timeout 60 "$py" -m experiments.benchmark "${flags[@]}" "${extra[@]}" --report_only \
+      timeout 60 "$py" -m experiments.kernels.run "${flags[@]}" "${extra[@]}" --report_only \
         >> "$log" 2>&1 || echo "the report of the rows so far failed too" | tee -a "$log"
     fi
     copy_reports "$workdir" benchmark.jsonl benchmark.md
@@ -222,7 +222,7 @@ case "$stage" in
       # for minutes, so the toy sizes itself against an hour (capped at --steps=6).
       flags+=("${toy_sweep[@]}" --calibration_steps=3 --min_steps=3 --piece_minutes=60)
     fi
-    limited "$py" -m experiments.benchmarks.calibration "${flags[@]}" "${extra[@]}"
+    limited "$py" -m experiments.calibration "${flags[@]}" "${extra[@]}"
     copy_reports "$workdir" calibration.json calibration.md calibration_steps.json calibration_steps.md
     ;;
   sweep)

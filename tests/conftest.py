@@ -50,6 +50,12 @@ import jax
 import numpy as np
 import pytest
 
+import experiments  # noqa: E402
+
+experiments.add_study_presets()  # the studies' presets, as every driver has them
+# The drivers' refused-command fixture, for the tests of every study's folder.
+from tests.drivers import run_refusals  # noqa: E402,F401  pylint: disable=unused-import
+
 
 @pytest.fixture
 def raises_at_trace():

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from attention_jax import benchmarking, layers, registry, scores
+from attention_jax import layers, registry, scores
+from attention_jax.measure import benchmarking
 from attention_jax.data import input_pipeline
 from attention_jax.score_kinds import Form
 from attention_jax.sweep import config

@@ -3,13 +3,18 @@
 The order, lowest first (docs/design.md says what lives in each):
 
   functions    the top-level modules (scores, masks, registry, attention, layers, ...)
+  measure      attention_jax/measure/   (clocks, counters, compilation, provenance)
   models       attention_jax/models/
   decoding     attention_jax/decoding.py
   data         attention_jax/data/
   training     attention_jax/training/  (one run)
   sweep        attention_jax/sweep/     (many runs: the flat config, the plan, the workdir)
-  analysis     attention_jax/analysis/  (reading results, never training)
-  experiments  experiments/             (the command lines)
+  analysis     attention_jax/analysis/  (reading any sweep's results, never training)
+  experiments  experiments/             (the generic drivers, and a folder per study)
+
+Beside the order: no study imports another study, and no generic driver
+imports a study; `analysis` imports neither `measure` nor the trainer; every
+study `experiments/<study>/` has its `results/<study>/` and `tests/<study>/`.
 
 Every import is read, wherever it stands: inside functions, and under `if
 TYPE_CHECKING:` too, since a cycle held apart only by that guard is still
@@ -20,20 +25,26 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "attention_jax"
-LAYERS = ("functions", "models", "decoding", "data", "training", "sweep", "analysis",
-          "experiments")
+LAYERS = ("functions", "measure", "models", "decoding", "data", "training", "sweep",
+          "analysis", "experiments")
 # The subpackages of attention_jax that are a layer of their own.
-SUBPACKAGE_LAYERS = {"models": "models", "data": "data", "training": "training",
-                     "sweep": "sweep", "analysis": "analysis"}
-# A run's modules: about 16, so that a reader meets one concern there. 18 since
-# progress.py (a run's timing and ETA) joined; provenance.py and files.py, which
-# serve every floor rather than a run, are the ones to move out next.
-MAX_TRAINING_MODULES = 18
+SUBPACKAGE_LAYERS = {"measure": "measure", "models": "models", "data": "data",
+                     "training": "training", "sweep": "sweep", "analysis": "analysis"}
+# A run's modules: 16, so that a reader meets one concern there (provenance.py
+# went to measure/ and files.py to the bottom floor, since every floor uses them).
+MAX_TRAINING_MODULES = 16
+# The analyses every sweep shares (reports, one table writer, plots,
+# significance, scaling, ...): a study's own analysis lives in its folder.
+MAX_ANALYSIS_MODULES = 8
+# What `analysis` must not import: the measuring tools (a separate concern, the
+# other way too) and the trainer (it reads results; it never builds a run).
+ANALYSIS_MUST_NOT_IMPORT = (f"{PACKAGE}.measure", f"{PACKAGE}.training.train_lib")
 
 
 def module_name(path: Path, root: Path = ROOT) -> str:
@@ -97,6 +108,28 @@ def layer_of(module: str) -> str:
     raise KeyError(f"{module}: the subpackage {parts[1]!r} is in no layer; name its "
                    "layer in tests/test_layout.py and docs/design.md")
   return SUBPACKAGE_LAYERS[parts[1]]
+
+
+def studies(root: Path = ROOT) -> list[str]:
+  """The study folders: every package directly under experiments/."""
+  return sorted(p.name for p in (root / "experiments").iterdir()
+                if (p / "__init__.py").is_file())
+
+
+def study_of(module: str, names: Sequence[str]) -> str | None:
+  """The study a module of experiments/ belongs to (None: a generic driver,
+  or not under experiments/)."""
+  parts = module.split(".")
+  if parts[0] == "experiments" and len(parts) > 1 and parts[1] in names:
+    return parts[1]
+  return None
+
+
+def study_imports(graph: dict[str, set[str]], names: Sequence[str]) -> list[str]:
+  """'a imports b' wherever a module imports a study's module from outside that
+  study: another study, a generic driver or the library."""
+  return sorted(f"{a} imports {b}" for a, targets in graph.items() for b in targets
+                if study_of(b, names) is not None and study_of(a, names) != study_of(b, names))
 
 
 def import_graph(modules: dict[str, Path]) -> dict[str, set[str]]:
@@ -173,14 +206,14 @@ def _path_through(group: set[str], graph: dict[str, set[str]]) -> list[str]:
 
 def test_imports_inside_functions_and_under_type_checking_are_read():
   source = ("from typing import TYPE_CHECKING\n"
-            "from attention_jax.training import files\n"
+            "from attention_jax import files\n"
             "if TYPE_CHECKING:\n  from attention_jax.training.train_lib import Trainer\n"
             "def f():\n  import attention_jax.sweep.config as c\n"
             "from . import steps\n")
   names = imported_names(source, "attention_jax.training.actions", is_package=False)
-  assert {"attention_jax.training.files", "attention_jax.training.train_lib.Trainer",
+  assert {"attention_jax.files", "attention_jax.training.train_lib.Trainer",
           "attention_jax.sweep.config", "attention_jax.training.steps"} <= names
-  modules = {m: Path() for m in ("attention_jax.training", "attention_jax.training.files",
+  modules = {m: Path() for m in ("attention_jax.training", "attention_jax.files",
                                  "attention_jax.training.train_lib")}
   assert resolve("attention_jax.training.train_lib.Trainer", modules) == (
       "attention_jax.training.train_lib")
@@ -205,9 +238,22 @@ def test_an_upward_import_and_a_cycle_are_found():
     ("attention_jax.layers", "functions"), ("attention_jax.models.transformer", "models"),
     ("attention_jax.decoding", "decoding"), ("attention_jax.data.batching", "data"),
     ("attention_jax.training.steps", "training"), ("attention_jax.sweep.config", "sweep"),
-    ("attention_jax.analysis.reports", "analysis"), ("experiments.ablation", "experiments")])
+    ("attention_jax.analysis.reports", "analysis"), ("attention_jax.measure.hlo", "measure"),
+    ("attention_jax.files", "functions"), ("experiments.ablation", "experiments"),
+    ("experiments.lr_threshold.threshold", "experiments")])
 def test_each_module_has_its_layer(module, layer):
   assert layer_of(module) == layer
+
+
+def test_an_import_across_studies_is_found():
+  graph = {"experiments.a.run": {"experiments.a.tables", "experiments.b.tables"},
+           "experiments.ablation": {"experiments.b.presets.x", "experiments.common"},
+           "attention_jax.sweep.config": {"experiments.a.run"},
+           "experiments.a.tables": set(), "experiments.b.tables": set()}
+  assert study_imports(graph, ["a", "b"]) == [
+      "attention_jax.sweep.config imports experiments.a.run",
+      "experiments.a.run imports experiments.b.tables",
+      "experiments.ablation imports experiments.b.presets.x"]
 
 
 # --- the repository ----------------------------------------------------------------
@@ -234,3 +280,28 @@ def test_training_holds_one_runs_modules_only():
 @pytest.mark.parametrize("layer", ["sweep", "analysis"])
 def test_the_sweep_and_analysis_layers_are_packages(layer):
   assert (ROOT / PACKAGE / layer / "__init__.py").is_file()
+
+
+def test_no_study_imports_another_and_only_a_study_imports_its_own():
+  names = studies()
+  assert {"lr_threshold", "init_logits", "compile_check", "cpu_efficiency", "kernels"} <= set(names)
+  assert study_imports(import_graph(source_modules()), names) == []
+
+
+def test_every_study_has_its_results_and_tests_folder():
+  missing = [f"{kind}/{name}" for name in studies() for kind in ("results", "tests")
+             if not (ROOT / kind / name).is_dir()]
+  assert missing == []
+
+
+def test_analysis_is_a_few_general_modules_that_neither_measure_nor_train():
+  modules = source_modules()
+  analysis = sorted(m for m in modules if m.startswith(f"{PACKAGE}.analysis."))
+  assert len(analysis) <= MAX_ANALYSIS_MODULES, analysis
+  graph = import_graph(modules)
+  found = sorted(f"{a} imports {b}" for a in analysis for b in graph[a]
+                 if b.startswith(ANALYSIS_MUST_NOT_IMPORT))
+  assert found == []
+  measure = [m for m in modules if m.startswith(f"{PACKAGE}.measure")]
+  assert measure and not any(b.startswith(f"{PACKAGE}.analysis")
+                             for a in measure for b in graph[a])

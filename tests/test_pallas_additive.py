@@ -452,8 +452,8 @@ def test_tile_candidates_fit_the_budgets():
 
 
 def test_the_tile_search_times_nothing_on_a_cpu():
-  from experiments.benchmarks import additive as bench  # pylint: disable=import-outside-toplevel
-  from experiments.benchmarks import settings  # pylint: disable=import-outside-toplevel
+  from experiments.kernels import additive as bench  # pylint: disable=import-outside-toplevel
+  from experiments.kernels import settings  # pylint: disable=import-outside-toplevel
   rows = []
   assert bench.tile_search(settings.PRESETS["tiny"], rows.append, 16) == 0
   assert [(r["suite"], r["status"]) for r in rows] == [("additive_tiles", "skipped")]

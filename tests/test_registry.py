@@ -138,7 +138,7 @@ def test_an_arm_is_resolved_once_into_decoder_and_score(name, decoder, score):
 def test_every_entry_hashes_as_the_static_graph_data_it_is():
   """Layers keep their score's entry as static data, which JAX hashes when
   it compiles a model's GraphDef: a dict field made it unhashable and broke
-  `nnx.jit` of whole models (experiments/init_logits.py)."""
+  `nnx.jit` of whole models (experiments/init_logits/run.py)."""
   for name in registry.SCORES:
     entry = registry.get(name)
     assert hash(entry) == hash(registry.get(name)), name

@@ -2,7 +2,7 @@
 rule, run with stand-in drivers (the real run takes 11 hours on 2 cores): it extends
 every run by 500 steps while a scaled_dot run ends below validation BLEU 12, copies
 each stage's reports, and a stopped run resumes at the stage it was at.
-results/transformer_lr_cpu/commands.sh copy: finished runs into results/, no
+results/lr_threshold/transformer_lr_cpu/commands.sh copy: finished runs into results/, no
 checkpoints, unfinished runs left out."""
 
 import gzip
@@ -104,10 +104,10 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
   for run in (done, control):
     (run / "result.json").write_text("[]")
     (run / "test_translations.json").write_text("{}")
-  script = os.path.join(ROOT, "results", "transformer_lr_cpu", "commands.sh")
+  script = os.path.join(ROOT, "results", "lr_threshold", "transformer_lr_cpu", "commands.sh")
   out, calls = _run(tmp_path, "copy", script=script,
                     extra_env={"W": str(work), "PY": "python"})
-  here = tmp_path / "results" / "transformer_lr_cpu"
+  here = tmp_path / "results" / "lr_threshold" / "transformer_lr_cpu"
   copied = here / "main" / "learning_rate=0.001" / "runs" / "dot_d16"
   assert sorted(os.listdir(copied)) == [
       "metrics.jsonl", "result.json", "test_translations.json.gz"]
@@ -119,8 +119,8 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
   assert not (here / "main" / "learning_rate=0.01").exists()  # no result.json: still running
   assert "copied main/learning_rate=0.001/runs/dot_d16" in out
   assert calls == [
-      "experiments.threshold_report --main=results/transformer_lr_cpu/main "
-      "--controls=results/transformer_lr_cpu/controls --out=results/transformer_lr_cpu"]
+      "experiments.lr_threshold.report --main=results/lr_threshold/transformer_lr_cpu/main "
+      "--controls=results/lr_threshold/transformer_lr_cpu/controls --out=results/lr_threshold/transformer_lr_cpu"]
 
 
 def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_path):
@@ -134,18 +134,18 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
     (run / "metrics.jsonl").write_text('{"step": 250}\n')
     (run / "result.json").write_text("[]")
     (run / "test_translations.json").write_text("{}")
-  script = os.path.join(ROOT, "results", "transformer_lr_premise_cpu", "commands.sh")
+  script = os.path.join(ROOT, "results", "lr_threshold", "transformer_lr_premise_cpu", "commands.sh")
   out, calls = _run(tmp_path, "copy", script=script, extra_env={"W": str(work), "PY": "python"})
-  here, glorot = tmp_path / "results" / "transformer_lr_premise_cpu", tmp_path / "results" / \
-      "transformer_lr_cpu"
+  study = tmp_path / "results" / "lr_threshold"
+  here, glorot = study / "transformer_lr_premise_cpu", study / "transformer_lr_cpu"
   for copied in (here / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
                  here / "extra" / "dot_d64" / "learning_rate=0.0018" / "runs" / "dot_d64",
                  glorot / "fine" / "learning_rate=0.0056" / "runs" / "scaled_dot_d16"):
     assert sorted(os.listdir(copied)) == [
         "metrics.jsonl", "result.json", "test_translations.json.gz"], copied
   assert calls == [
-      "experiments.threshold_report --preset=transformer_lr_premise_cpu "
-      "--main=results/transformer_lr_premise_cpu --out=results/transformer_lr_premise_cpu",
-      "experiments.threshold_report --main=results/transformer_lr_cpu/main "
-      "--controls=results/transformer_lr_cpu/controls --fine=results/transformer_lr_cpu/fine "
-      "--out=results/transformer_lr_cpu/refined"]
+      "experiments.lr_threshold.report --preset=transformer_lr_premise_cpu "
+      "--main=results/lr_threshold/transformer_lr_premise_cpu --out=results/lr_threshold/transformer_lr_premise_cpu",
+      "experiments.lr_threshold.report --main=results/lr_threshold/transformer_lr_cpu/main "
+      "--controls=results/lr_threshold/transformer_lr_cpu/controls --fine=results/lr_threshold/transformer_lr_cpu/fine "
+      "--out=results/lr_threshold/transformer_lr_cpu/refined"]

@@ -21,7 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from attention_jax.analysis import tables  # noqa: E402
-from attention_jax.training import files  # noqa: E402
+from attention_jax import files  # noqa: E402
 from attention_jax.training.run_config import MEMBER_FIELDS  # noqa: E402
 
 

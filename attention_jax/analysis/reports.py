@@ -30,7 +30,7 @@ from attention_jax.sweep.config import GridPoint
 from attention_jax.sweep.workdir import restated
 from attention_jax.sweep.workdir import UnreadableRuns
 from attention_jax.sweep.workdir import Workdir
-from attention_jax.training import files
+from attention_jax import files
 from attention_jax.training.metrics_log import MetricsLog
 from attention_jax.training.run_config import Arm
 from attention_jax.training.run_folder import RunDir

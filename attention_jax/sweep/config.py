@@ -463,7 +463,23 @@ def _choices(name, value, allowed, many=False):
 
 # Presets: field overrides on top of the dataclass defaults, one file each
 # under `presets/` with its command, time and expected result.
-PRESETS: dict[str, dict[str, Any]] = presets.ALL
+PRESETS: dict[str, dict[str, Any]] = dict(presets.ALL)
+# Preset name -> the module that holds it (its docstring: command, time, result).
+PRESET_MODULES: dict[str, str] = {module.__name__.rsplit(".", 1)[-1]: module.__name__
+                                  for module in presets.MODULES}
+
+
+def add_presets(modules) -> None:
+  """Adds each of `modules` (a study's preset files, each with `OVERRIDES`)
+  as the preset named after its module. A name another module already holds
+  raises ValueError naming both: a preset name means one configuration."""
+  for module in modules:
+    name = module.__name__.rsplit(".", 1)[-1]
+    if PRESET_MODULES.get(name, module.__name__) != module.__name__:
+      raise ValueError(f"preset {name!r} is defined twice: in {PRESET_MODULES[name]} "
+                       f"and in {module.__name__}; rename one.")
+    PRESETS[name] = module.OVERRIDES
+    PRESET_MODULES[name] = module.__name__
 
 
 def from_preset(name: str, **overrides) -> ExperimentConfig:

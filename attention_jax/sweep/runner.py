@@ -31,13 +31,13 @@ from attention_jax.sweep import workdir as workdir_lib
 from attention_jax.sweep import workdir_lock
 from attention_jax.sweep import workers
 from attention_jax.sweep.config import ExperimentConfig
-from attention_jax.training import files
+from attention_jax import files
 from attention_jax.training import interrupts
 from attention_jax.training import memory
 from attention_jax.training import multihost
 from attention_jax.training import placement
 from attention_jax.training import progress
-from attention_jax.training import provenance
+from attention_jax.measure import provenance
 from attention_jax.training import run_folder
 from attention_jax.training import train_lib
 

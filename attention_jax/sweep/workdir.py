@@ -36,7 +36,7 @@ from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir_lock
 from attention_jax.sweep.config import ExperimentConfig
 from attention_jax.sweep.config import GridPoint
-from attention_jax.training import files
+from attention_jax import files
 from attention_jax.training import multihost
 from attention_jax.training.metrics_log import MetricsLog
 from attention_jax.training.run_config import Arm

@@ -33,7 +33,7 @@ from typing import Callable, Sequence
 
 from attention_jax.sweep import host_memory
 from attention_jax.training import interrupts
-from attention_jax.training import provenance
+from attention_jax.measure import provenance
 
 # Flags meant to make XLA:CPU run a process's programs on one thread. With jax
 # 0.10.2 they do not: a 2048^2 float32 matmul still keeps 2 cores busy

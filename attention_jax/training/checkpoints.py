@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator
 import jax
 import orbax.checkpoint as ocp
 
-from attention_jax.training import files
+from attention_jax import files
 from attention_jax.training import multihost
 
 

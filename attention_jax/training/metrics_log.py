@@ -37,7 +37,7 @@ import os
 import time
 from typing import Callable, Iterable, Mapping, Sequence
 
-from attention_jax.training import files
+from attention_jax import files
 
 
 def rounded(x) -> float | None:

@@ -23,7 +23,7 @@ import dataclasses
 import math
 import os
 
-from attention_jax.training import files
+from attention_jax import files
 
 
 def json_kind(value) -> str:

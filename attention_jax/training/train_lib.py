@@ -110,7 +110,7 @@ class EnsembleTrainer:
     self.evaluator = evaluation.Evaluator(run, data, members, self.graphdef, self.rest,
                                           params, self.placement, label=self.label)
     # The evaluator's measures, also here for the callers that time the
-    # trainer as a whole (experiments/benchmarks/calibration.py).
+    # trainer as a whole (experiments/calibration.py).
     ev = self.evaluator
     self.translate, self.bleu, self.perplexity = ev.translate, ev.bleu, ev.perplexity
     self.eval_batch_size, self.val_beam_size = ev.eval_batch_size, ev.val_beam_size

@@ -4,7 +4,7 @@
 #   bash results/cpu_efficiency/measure.sh BEFORE AFTER [FOLDER]   # e.g. da94428 HEAD
 #
 # Checks both commits out into a temporary folder; the measuring code
-# (experiments/cpu_efficiency.py and what it imports that BEFORE lacks) is
+# (experiments/cpu_efficiency/run.py and what it imports that BEFORE lacks) is
 # AFTER's in both trees, so only the model and the trainer differ. Each tree
 # runs as its own code trained: a BEFORE without training/host_memory.py keeps
 # glibc's allocator defaults (--keep_freed_memory=false), and a BEFORE whose
@@ -34,9 +34,9 @@ if grep -q "def use_one_core" "$tmp/before/attention_jax/training/workers.py" 2>
 else
   pair_flags=(--threads=0 --threads=0)
 fi
-for f in attention_jax/flops.py attention_jax/benchmarking.py attention_jax/training/workers.py \
-         attention_jax/training/host_memory.py attention_jax/analysis/hlo.py \
-         attention_jax/analysis/hlo_profile.py experiments/cpu_efficiency.py; do
+for f in attention_jax/measure/flops.py attention_jax/measure/benchmarking.py attention_jax/training/workers.py \
+         attention_jax/training/host_memory.py attention_jax/measure/hlo.py \
+         attention_jax/measure/hlo_profile.py experiments/cpu_efficiency/run.py; do
   mkdir -p "$(dirname "$tmp/before/$f")"
   git -C "$root" show "$after:$f" > "$tmp/before/$f"
 done
@@ -44,7 +44,7 @@ measure() {  # TREE LABEL FLAGS...
   local tree=$1 label=$2; shift 2
   local extra=()
   [ "$tree" = before ] && extra=("${own_flags[@]}")
-  (cd "$tmp/$tree" && PYTHONPATH=. "$py" -m experiments.cpu_efficiency "$@" ${extra[@]+"${extra[@]}"} \
+  (cd "$tmp/$tree" && PYTHONPATH=. "$py" -m experiments.cpu_efficiency.run "$@" ${extra[@]+"${extra[@]}"} \
      2>/dev/null)
 }
 for tree in before after; do

@@ -8,7 +8,7 @@ import random
 from attention_jax.analysis import reports
 from attention_jax.sweep import config
 from attention_jax.sweep import workdir as workdir_lib
-from attention_jax.training import files
+from attention_jax import files
 
 ARMS = ("additive", "multiplicative")
 RATES = (1e-3, 3e-3)

@@ -7,7 +7,7 @@ from attention_jax.analysis import tables
 
 from attention_jax.analysis import plots
 
-from attention_jax.training import files
+from attention_jax import files
 
 
 def _rows():

@@ -48,7 +48,7 @@ _SHOW = ["--preset=transformer_smoke", "--steps=50", "--qk_init=premise", "--sho
 @pytest.fixture(scope="module")
 def in_one_process(tmp_path_factory, run_refusals):
   """The driver's `main` on each command line below, in one process
-  (tests/experiments/conftest.py), each with a folder of its own:
+  (tests/drivers.py), each with a folder of its own:
   key -> (result, folder)."""
   calls = {}
   for flags, _ in _BAD_FLAGS:

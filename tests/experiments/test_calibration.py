@@ -1,4 +1,4 @@
-"""The gpu sweep's plan from measured times (experiments/benchmarks/calibration.py)
+"""The gpu sweep's plan from measured times (experiments/calibration.py)
 the final evaluation's time estimate a sweep piece stops before, and the plan
 read back from calibration.json by the sweep's --calibration."""
 
@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from attention_jax.training import evaluation
-from experiments.benchmarks import calibration as cal
+from experiments import calibration as cal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -166,7 +166,7 @@ def _settings(stdout):
 def sweeps_of_a_plan(tmp_path_factory, run_refusals):
   """The sweep's `main` on a calibration's plan (with no flag, with flags given
   over it) and on a plan that does not fit, in one process
-  (tests/experiments/conftest.py). Returns (results, the two files, the
+  (tests/drivers.py). Returns (results, the two files, the
   workdir of the refusal)."""
   folder = tmp_path_factory.mktemp("plans")
   fits = _write(folder, {"preset": "gpu", "plan": {
@@ -225,7 +225,7 @@ def test_steps_only_times_the_training_step_and_leaves_any_plan_alone(tmp_path):
          "--embed_dim=16", "--hidden_dim=16", "--decoder_layers=1", "--batch_size=8",
          "--max_length=24", "--eval_examples=8", "--test_examples=8", "--warmup_steps=2"]
   proc = subprocess.run(
-      [sys.executable, "-m", "experiments.benchmarks.calibration", "--preset=gpu",
+      [sys.executable, "-m", "experiments.calibration", "--preset=gpu",
        f"--workdir={workdir}", "--steps_only", "--calibration_steps=2",
        "--cells=additive:8,multiplicative:16", *toy],
       cwd=ROOT, capture_output=True, text=True, timeout=600)
@@ -258,7 +258,7 @@ def test_a_full_calibration_times_the_evaluation_batch_search(tmp_path):
          "--eval_examples=8", "--test_examples=8", "--warmup_steps=2", "--eval_every=3",
          "--checkpoint_every=3", "--min_steps=3"]
   proc = subprocess.run(
-      [sys.executable, "-m", "experiments.benchmarks.calibration", "--preset=gpu",
+      [sys.executable, "-m", "experiments.calibration", "--preset=gpu",
        f"--workdir={tmp_path}", "--calibration_steps=2", "--cells=additive:8", *toy],
       cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-2000:]
@@ -288,7 +288,7 @@ def stop(cfg):
   print("LOADING DATA", flush=True)
   sys.exit(3)
 datasets.load_data = stop
-from experiments.benchmarks import calibration
+from experiments import calibration
 calibration.define_flags()
 sys.argv = ["calibration"] + sys.argv[1:]
 app.run(calibration.main)

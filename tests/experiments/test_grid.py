@@ -79,7 +79,7 @@ def _check_refused(proc, workdir, needle):
 @pytest.fixture(scope="module")
 def refused_in_one_process(tmp_path_factory, run_refusals):
   """The driver's `main` on each bad sweep, in one process
-  (tests/experiments/conftest.py): flags -> (result, its workdir)."""
+  (tests/drivers.py): flags -> (result, its workdir)."""
   workdirs = [tmp_path_factory.mktemp("bad_sweep") / "w" for _ in _BAD_SWEEPS]
   results = run_refusals("experiments.ablation",
                          [(["--preset=smoke", f"--workdir={w}", *flags], ROOT)

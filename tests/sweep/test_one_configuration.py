@@ -189,8 +189,8 @@ def test_a_grid_point_on_disk_that_the_grid_does_not_name_is_checked_too(tmp_pat
 
 def test_the_driver_refuses_in_one_line_and_its_last_line_names_only_what_it_wrote(tmp_path):
   """`experiments.ablation` end to end (the driver's `main` on each command
-  line in one process, `tests/experiments/conftest.py`)."""
-  from tests.experiments.conftest import refusals  # pylint: disable=g-import-not-at-top
+  line in one process, `tests/drivers.py`)."""
+  from tests.drivers import refusals  # pylint: disable=g-import-not-at-top
   tsmoke = _transformer_workdir(tmp_path)
   grid, _, _ = _grid_workdir(tmp_path)
   # Reports beside plots of other runs an earlier command left (the

@@ -163,7 +163,7 @@ def test_the_evaluation_budget_is_half_the_accelerators_memory_not_the_hosts(mon
 
 
 def test_the_benchmarks_memory_limit_reads_the_same_memory_as_the_trainer(monkeypatch):
-  from experiments.benchmarks import timing
+  from experiments.kernels import timing
   monkeypatch.setattr(memory, "available_memory", lambda: 128 * 2**30)
   monkeypatch.setattr(memory.jax, "devices",
                       lambda: [_FakeDevice("gpu", {"bytes_limit": 80 * 2**30})])

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from attention_jax.training import files
+from attention_jax import files
 from attention_jax.training import metrics_log
 
 

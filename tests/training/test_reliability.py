@@ -16,7 +16,7 @@ import pytest
 
 from attention_jax.sweep import config
 from attention_jax.training import checkpoints
-from attention_jax.training import files
+from attention_jax import files
 from attention_jax.training import metrics_log
 from attention_jax.training import run_folder
 
@@ -590,7 +590,7 @@ def test_a_refused_checkpoint_write_is_one_oserror_naming_the_step_and_nothing_o
 _FULL_DISK_AT = """
 import os, sys
 from absl import app
-from attention_jax.training import files
+from attention_jax import files
 from experiments import ablation
 victim = sys.argv.pop(1)
 if victim == "checkpoint":

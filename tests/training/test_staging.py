@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from attention_jax.training import files
+from attention_jax import files
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NAMES = ("a.md", "b.json", "c.png")
@@ -66,7 +66,7 @@ def test_a_folder_where_a_file_goes_is_refused_before_any_file_is_moved(tmp_path
 
 KILLED = """
 import os, signal, sys
-from attention_jax.training import files
+from attention_jax import files
 folder, when = sys.argv[1], sys.argv[2]
 real_move = files.Staging._move
 def move(self, name):  # killed (SIGKILL: nothing runs after it) after the first rename

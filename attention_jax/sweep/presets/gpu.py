@@ -1,6 +1,6 @@
 """`gpu`: the full 3 arms x 4 dims x 4 seeds sweep on one GPU, in pieces.
 
-    python -m experiments.benchmarks.calibration --preset=gpu --workdir=runs/gpu_plan
+    python -m experiments.calibration --preset=gpu --workdir=runs/gpu_plan
     python -m experiments.ablation --preset=gpu --workdir=runs/gpu $(plan flags)  # per piece
 
 The Bible corpus with an 8k tokenizer and a Britz-base-like RNN scaled to it
@@ -13,7 +13,7 @@ it) so that it fits one 10-minute device command; the next call resumes.
 
 Steps: the 6,000 below are an upper bound, not a measurement. The length the
 sweep runs is fixed by a calibration call on the GPU first
-(`experiments.benchmarks.calibration`, `scripts/gpu_run.sh calibrate`): it
+(`experiments.calibration`, `scripts/gpu_run.sh calibrate`): it
 times the first step (compilation), 20 steps, a validation and a beam-10 test
 batch for additive at a = 1024 and scaled_multiplicative at a = 128, and
 `calibration.plan` sizes the 12 cells to finish in 3 pieces of 7 minutes (x

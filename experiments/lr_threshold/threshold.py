@@ -1,0 +1,997 @@
+"""Where a score starts to fail: the rule of the `transformer_lr_cpu` preset, applied
+(to its grids, or to a layer norm's grid of `transformer_lr`, which keeps the rule).
+
+The rule was fixed in the preset's docstring
+(`experiments/lr_threshold/presets/transformer_lr_cpu.py`) before any run of
+the grid; it is applied here as it is written there, and not restated. The
+pieces, each a small pure function of numbers except the reading:
+
+  read_grid          a `--sweep=learning_rate=...` workdir (or the workdir of
+                     one `--members=learning_rate=...` run per score and d_k)
+                     -> `Grid`: a `Record` per (score, d_k, lr, seed) of every
+                     cell whose outcome is known, and the planned cells still
+                     missing
+  mean_losses        L(s, d, lr): the mean over seeds (inf where a seed diverged)
+  threshold          lr_opt and lr* of one (s, d) curve, with the censoring flags
+  absolute_failures  the pass/fail table against L_best(d) + FAILURE_MARGIN
+  sensitivity        Wortsman et al.'s learning-rate sensitivity
+  slope, bootstrap_slope   the law: log lr* on log d_k, and its interval
+  slope_bracket, verdict   what the grid allows without interpolation: each
+                     lr* anywhere in its grid interval (`Threshold.bracket`),
+                     the range of slopes that gives, and what that range says
+                     of the prediction (holds / fails / not resolved)
+  shared_rates, on_rates   the learning rates every score ran, and the grid
+                     cut to them
+  analyse            all of it for one or more grids (`Analysis`, `as_json`)
+
+What the rule leaves to its implementation, decided here:
+- A seed is diverged (L = inf) when its result row says so, or when any of
+  its validation rows has a null perplexity: the trainer marks a member
+  diverged for good and validates it as NaN from then on, so its outcome is
+  known before the run reaches its last step. A bare NaN that an older
+  writer left there reads as null (`MetricsLog.read`), never as a loss of
+  NaN; a logged value that is no perplexity (a string, 0) is refused in
+  one line naming the file and the line.
+- A cell is known when every seed of it is (its last validation, or its
+  divergence); a cell any seed of which is not yet known is missing. The
+  analysis runs on what is known and lists the missing cells.
+- Interpolating towards a diverged grid point: the interpolated L is
+  infinite everywhere past the last finite point, so the crossing is that
+  point itself: lr* is the last learning rate that did not reach the target,
+  flagged `into_divergence` (a bound, not a crossing).
+- The rule's "Censored" covers both flags it names: lr* above the grid (L
+  never reaches the target) and lr_opt at the grid's lowest learning rate
+  (the failure may begin lower). Neither enters the fit; both are reported.
+  A curve of which some planned learning rate is missing is provisional: its
+  lr* is reported, not fitted.
+- The bootstrap draws each cell's seeds with replacement, recomputes every
+  L, lr_opt and lr* and fits over the d_k uncensored in that draw; draws
+  with fewer than two such d_k give no slope and are counted. With two seeds
+  a cell has only three distinct means (seed 0 twice, seed 1 twice, both),
+  so the interval is coarse: it shows how far the two seeds' disagreement
+  moves the slope, not a sampling distribution. It covers the seeds only:
+  the grid's resolution is the bracket's.
+- A claim is no stronger than the grid: lr* is known only to lie in its
+  grid interval (the last rate below the target, the first at or above
+  it), and the slope only to lie in the range those intervals allow
+  (`slope_bracket`). The interpolated slope is a point estimate inside it.
+  The verdict on a predicted slope reads the bracket alone: it fails where
+  the bracket excludes the prediction, holds only where the bracket lies
+  inside a band registered with the grid before its first run, and is
+  otherwise "not resolved by this grid".
+
+Beside the rule, not part of it (added after the controls had started, and
+the same for every score): where the scores ran different learning rates
+(the controls three of the main grid's six), the whole analysis is repeated
+on the rates every score ran (`Analysis.shared`). The rule's own numbers
+come from each score's full grid; a sensitivity is a mean over the rates a
+curve has, and lr* is only as fine as its grid, so only the repeat compares
+the four scores on equal terms.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+from typing import Iterable, Mapping, NamedTuple, Sequence
+
+import numpy as np
+
+from attention_jax.analysis import tables
+from attention_jax.sweep import config as config_lib
+from attention_jax.sweep import workdir as workdir_lib
+from experiments.lr_threshold.presets import transformer_lr
+from experiments.lr_threshold.presets import transformer_lr_cpu
+from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
+from attention_jax.measure import provenance as provenance_lib
+from attention_jax.training import run_folder
+from attention_jax.training.metrics_log import MetricsLog
+import experiments
+
+experiments.add_study_presets()  # `from_preset` names this study's presets
+
+FAILURE_MARGIN = transformer_lr_cpu.FAILURE_MARGIN
+AXIS = "learning_rate"
+EARLY_STEP = 100  # the heat maps' first moment (the preset: steps 100 and 1,000)
+SELF_KINDS = ("encoder_self", "decoder_self")
+DIAGNOSTIC_STATS = ("max_logit", "saturated")  # both summarised by the largest over layers
+MOMENTS = ("step100", "last")
+BOOTSTRAP_REPLICATES = 2000
+BOOTSTRAP_SEED = 0
+INTERVAL = (2.5, 97.5)  # percentiles: a 95% interval
+# The attention rule (the `transformer_lr_premise_cpu` preset's docstring):
+# a cell saturates when, at the last step, some self-attention layer has more
+# than this share of its query rows over 0.99 on one key (mean over seeds).
+SATURATED_SHARE = premise.SATURATED_SHARE
+SATURATION_KEY = "saturated_self_last"
+# The slope the mu-P argument for Adam predicts per score (the preset's docstring).
+REFERENCE_SLOPES = {"dot": -1.0, "scaled_dot": -0.5, "inverse_dim": 0.0, "qk_norm": 0.0}
+# Provenance fields kept in the outputs: the command is left out, since it
+# names the machine's folders (results/lr_threshold/transformer_lr_cpu/commands.sh holds it).
+PROVENANCE_FIELDS = ("commit", "dirty", "versions", "platform", "device_kind", "xla_flags")
+
+
+class Cell(NamedTuple):
+  score: str
+  dim: int
+  lr: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+  """One seed of one cell: its final validation loss (inf: diverged), test
+  BLEU (None until the run finished, or diverged), the self-attention
+  diagnostics (`diagnostic_key`) and the provenance of its result row."""
+  score: str
+  dim: int
+  lr: float
+  seed: int
+  loss: float
+  diverged: bool
+  test_bleu: float | None
+  diagnostics: Mapping[str, float | None]
+  provenance: Mapping | None = None
+  train_seconds: float | None = None  # its run's training clock (every seed's row: one run)
+
+  @property
+  def cell(self) -> Cell:
+    return Cell(self.score, self.dim, self.lr)
+
+
+@dataclasses.dataclass(frozen=True)
+class Grid:
+  """What one or more grids hold: the known records, the planned cells that
+  are missing, and the plan (each score's d_k and learning rates)."""
+  records: tuple[Record, ...]
+  missing: tuple[Cell, ...]
+  learning_rates: Mapping[str, tuple[float, ...]]  # score -> its planned learning rates
+  dims: Mapping[str, tuple[int, ...]]  # score -> its planned d_k
+  vocab_size: int
+  steps: int
+  # (score, d_k) -> its planned learning rates, where they differ from the
+  # score's (an adaptive grid: `plan_next`); `learning_rates` is then their union.
+  cell_rates: Mapping[tuple[str, int], tuple[float, ...]] | None = None
+
+  @property
+  def scores(self) -> tuple[str, ...]:
+    return tuple(self.learning_rates)
+
+  def planned(self, score: str, dim: int) -> tuple[float, ...]:
+    """The learning rates planned for (score, d_k), ascending."""
+    if self.cell_rates and (score, dim) in self.cell_rates:
+      return tuple(sorted(self.cell_rates[(score, dim)]))
+    return tuple(self.learning_rates[score])
+
+
+def diagnostic_key(stat: str, kind: str, moment: str) -> str:
+  """`max_logit_encoder_self_step100`; kind `self` is the largest of the self kinds."""
+  return f"{stat}_{kind}_{moment}"
+
+
+def self_diagnostics(step_row: Mapping, moment: str) -> dict[str, float | None]:
+  """The self-attention diagnostics of one diagnostics dict (a metrics-log
+  row or a result row's `diagnostics`): per stat and self kind the largest
+  over its layers, and over both kinds (`self`); None where not logged or
+  not finite."""
+  out = {}
+  for stat in DIAGNOSTIC_STATS:
+    values = []
+    for kind in SELF_KINDS:
+      value = tables.kind_value(step_row, stat, kind)
+      out[diagnostic_key(stat, kind, moment)] = value
+      if value is not None:
+        values.append(value)
+    out[diagnostic_key(stat, "self", moment)] = max(values) if values else None
+  return out
+
+
+def seed_record(cell: Cell, seed: int, log: Sequence[Mapping], result_row: Mapping | None,
+                steps: int) -> Record | None:
+  """The record of `seed` from its run's metrics-log rows `log` (every seed's)
+  and its result row (None: not finished); None while its outcome is not
+  known (no validation at `steps`, and not diverged)."""
+  mine = [r for r in log if r.get("seed") == seed]
+  validation = {r["step"]: r["val_ppl"] for r in mine if "val_ppl" in r}
+  # A perplexity that is no finite number (null; a NaN of rows not read by
+  # `MetricsLog`) is that of a diverged member, never a loss of NaN.
+  diverged = (bool(result_row and result_row.get("diverged_at_step"))
+              or any(v is None or not math.isfinite(v) for v in validation.values()))
+  if not diverged and steps not in validation:
+    return None
+  loss = math.inf if diverged else math.log(validation[steps])
+  steps_rows = {r["step"]: r for r in mine if "loss" in r}  # the diagnostics rows
+  last = steps_rows.get(steps) or (result_row or {}).get("diagnostics") or {}
+  diagnostics = {**self_diagnostics(steps_rows.get(EARLY_STEP, {}), "step100"),
+                 **self_diagnostics(last, "last")}
+  bleu = None if diverged or not result_row else result_row.get("test_bleu")
+  prov = provenance_lib.of(result_row) if result_row else None
+  return Record(cell.score, cell.dim, cell.lr, seed, loss, diverged, bleu, diagnostics,
+                {k: prov.get(k) for k in PROVENANCE_FIELDS} if prov else None,
+                (result_row or {}).get("train_seconds"))
+
+
+def _checked(run: run_folder.RunDir, cfg: config_lib.ExperimentConfig,
+             arm: config_lib.Arm) -> None:
+  """Refuses a run folder made with other settings than the plan's (one
+  ValueError line naming it): its numbers would not be this grid's."""
+  if not os.path.exists(run.config):
+    return  # not started: nothing to check
+  other_steps = workdir_lib.check_run(
+      run, workdir_lib.fingerprint(cfg, arm), write=False,
+      advice="it is not a run of this grid: read it with the settings it was trained with "
+             "(--preset, --layer_norm) or point --main / --controls at this grid's workdirs")
+  if other_steps is not None:
+    raise ValueError(f"{run.config} records a run of {other_steps} steps, not the grid's "
+                     f"{cfg.steps}; it is not a run of this grid.")
+
+
+def union(grids: Sequence[Grid]) -> Grid:
+  """One grid of several workdirs that may share scores and d_k (an
+  adaptive grid's stages, or a grid and its refinement at more learning
+  rates): each (score, d_k) plans the union of the rates the grids plan for
+  it. They must share the vocabulary and the number of steps, and no cell
+  may be known in two of them (a ValueError names it)."""
+  first = grids[0]
+  for g in grids[1:]:
+    if (g.vocab_size, g.steps) != (first.vocab_size, first.steps):
+      raise ValueError(f"grids of {first.vocab_size} and {g.vocab_size} pieces, "
+                       f"{first.steps} and {g.steps} steps cannot be analysed together.")
+  seen, records = set(), []
+  for g in grids:
+    for r in g.records:
+      if (r.cell, r.seed) in seen:
+        raise ValueError(f"{r.score} at d_k {r.dim}, learning rate {r.lr:g}, seed {r.seed} "
+                         "is in two of the grids read together.")
+      seen.add((r.cell, r.seed))
+      records.append(r)
+  rates: dict[tuple[str, int], set[float]] = {}
+  for g in grids:
+    for score in g.scores:
+      for dim in g.dims[score]:
+        rates.setdefault((score, dim), set()).update(g.planned(score, dim))
+  known = {r.cell for r in records}
+  missing = tuple(dict.fromkeys(c for g in grids for c in g.missing if c not in known))
+  scores = tuple(dict.fromkeys(s for g in grids for s in g.scores))
+  return Grid(tuple(records), missing,
+              {s: tuple(sorted({lr for (t, _), v in rates.items() if t == s for lr in v}))
+               for s in scores},
+              {s: tuple(sorted({d for (t, d) in rates if t == s})) for s in scores},
+              first.vocab_size, first.steps,
+              {cell: tuple(sorted(v)) for cell, v in rates.items()})
+
+
+def members_config(cfg: config_lib.ExperimentConfig,
+                   learning_rates: Sequence[float]) -> config_lib.ExperimentConfig:
+  """The config of the grid of `cfg` over `learning_rates` trained as members
+  (`--members=learning_rate=...`, in that order): one run per score and d_k."""
+  return cfg.replace(members=f"{AXIS}=" + ",".join(map(repr, learning_rates)))
+
+
+MEMBERS, SWEEP = "members", "sweep"  # the two layouts of a grid's workdir (`layout`)
+
+
+def layout(path: str, cfg: config_lib.ExperimentConfig,
+           learning_rates: Sequence[float]) -> str | None:
+  """How the workdir `path` holds the grid of `cfg` over `learning_rates`,
+  told by which of the plan's run folders exist: MEMBERS (its runs in
+  `runs/`, `Workdir.run`, one per score and d_k) or SWEEP (a point folder
+  per learning rate, `Workdir.point`); None where it holds neither. A
+  `runs/` folder alone says nothing: a scratch folder of that name beside a
+  `--sweep` grid made every cell read as missing. Run folders of both
+  layouts are a ValueError of one line naming one of each."""
+  workdir = workdir_lib.Workdir(path)
+  members = [workdir.run(arm).path for arm in cfg.sweep()]
+  points = [workdir.point(p).run(arm).path for p in config_lib.grid(cfg, ((AXIS, tuple(
+      learning_rates)),)) for arm in p.config.sweep()]
+  member_run = next(filter(os.path.isdir, members), None)
+  point_run = next(filter(os.path.isdir, points), None)
+  if member_run and point_run:
+    raise ValueError(f"{path} holds the grid twice: as members runs ({member_run}) and as "
+                     f"a --sweep grid ({point_run}); move one of them out.")
+  return MEMBERS if member_run else SWEEP if point_run else None
+
+
+def is_members_workdir(path: str, cfg: config_lib.ExperimentConfig,
+                       learning_rates: Sequence[float]) -> bool:
+  """Whether `path` holds the grid as members runs rather than as a
+  `--sweep` grid (`layout`)."""
+  return layout(path, cfg, learning_rates) == MEMBERS
+
+
+def _cell_runs(path: str, cfg: config_lib.ExperimentConfig, learning_rates: Sequence[float]):
+  """(cell, the rows of its run's metrics log and result that are the
+  cell's) of every planned cell, the run's settings checked
+  (`_checked`); read from a `--sweep` grid or from members runs, whose rows
+  and log lines name their learning rate."""
+  workdir = workdir_lib.Workdir(path)
+  if is_members_workdir(path, cfg, learning_rates):
+    members = members_config(cfg, learning_rates)
+    for arm in members.sweep():
+      run = workdir.run(arm)
+      _checked(run, members, arm)
+      log = MetricsLog(run.metrics, write=False).read()
+      rows = run.rows() if run.finished else []
+      for lr in learning_rates:
+        mine = lambda r, lr=lr: r.get(AXIS) == lr
+        yield (Cell(arm.name, arm.attention_dim, float(lr)), [r for r in log if mine(r)],
+               [r for r in rows if mine(r)])
+    return
+  for point in config_lib.grid(cfg, ((AXIS, tuple(learning_rates)),)):
+    for arm in point.config.sweep():
+      run = workdir.point(point).run(arm)
+      _checked(run, point.config, arm)
+      yield (Cell(arm.name, arm.attention_dim, float(point.values[AXIS])),
+             MetricsLog(run.metrics, write=False).read(),
+             run.rows() if run.finished else [])
+
+
+def read_grid(path: str, cfg: config_lib.ExperimentConfig,
+              learning_rates: Sequence[float]) -> Grid:
+  """The grid of `cfg` over `learning_rates` in the workdir `path`: a
+  `--sweep` grid (its layout: `workdir_lib.Workdir.point`, `Workdir.run`) or
+  the grid as members runs (`layout`): the records of every
+  known cell and the cells still missing. A run folder of other settings is
+  a ValueError naming its config.json; a workdir holding both layouts, one
+  naming a run folder of each (`layout`)."""
+  records, missing = [], []
+  seeds = tuple(range(cfg.seeds))
+  for cell, log, result_rows in _cell_runs(path, cfg, learning_rates):
+    rows = {r["seed"]: r for r in result_rows}
+    found = [seed_record(cell, s, log, rows.get(s), cfg.steps) for s in seeds]
+    if all(r is not None for r in found):
+      records.extend(found)
+    else:
+      missing.append(cell)
+  lrs = tuple(sorted(float(x) for x in learning_rates))
+  return Grid(tuple(records), tuple(missing), {a: lrs for a in cfg.arms},
+              {a: tuple(sorted(cfg.dims)) for a in cfg.arms}, cfg.vocab_size, cfg.steps)
+
+
+def merge(grids: Sequence[Grid]) -> Grid:
+  """One grid of several (the main arms and the controls), which must share
+  the vocabulary and the number of steps (`union`), and no score."""
+  seen: set[str] = set()
+  for g in grids:
+    if seen & set(g.scores):
+      raise ValueError(f"scores {sorted(seen & set(g.scores))} are in two grids.")
+    seen |= set(g.scores)
+  return union(grids)
+
+
+# The presets whose grids this analysis reads (`preset_grids`).
+PRESETS = ("transformer_lr_cpu", "transformer_lr", "transformer_lr_premise_cpu")
+
+
+def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = None
+                 ) -> dict[str, tuple[config_lib.ExperimentConfig, tuple[float, ...]]]:
+  """A preset's grids: name -> (config, learning rates). `transformer_lr_cpu`:
+  its two grids as results/lr_threshold/transformer_lr_cpu/commands.sh runs them (`main`,
+  `controls`); `transformer_lr`: one grid of every score (`main`), that of
+  `layer_norm` (default the preset's), a workdir per layer norm as its
+  docstring's commands run it. A ValueError names a preset or layer norm
+  this does not know."""
+  if preset not in PRESETS:
+    raise ValueError(f"--preset: {preset!r} has no learning-rate grid to analyse; "
+                     f"one of {', '.join(PRESETS)}.")
+  cfg = config_lib.from_preset(preset)
+  if layer_norm:
+    try:
+      cfg = cfg.replace(layer_norm=layer_norm)  # the config checks the value
+    except ValueError as e:
+      raise ValueError(f"--layer_norm: {e}") from None
+  if preset == "transformer_lr":
+    return {"main": (cfg, transformer_lr.LEARNING_RATES)}
+  if preset == "transformer_lr_premise_cpu":
+    return {"main": (cfg, premise.COARSE_RATES)}
+  return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),
+          "controls": (cfg.replace(arms=("inverse_dim", "qk_norm"), baseline="inverse_dim"),
+                       transformer_lr_cpu.CONTROL_LEARNING_RATES)}
+
+
+# --- the adaptive grid of `transformer_lr_premise_cpu` ------------------------------
+COARSE, EXTRA = "coarse", "extra"  # its workdir's two parts (results/.../commands.sh)
+
+
+def extra_name(score: str, dim: int) -> str:
+  """The workdir, under EXTRA, of the runs stages 2 and 3 add to (score, d_k)."""
+  return f"{score}_d{dim}"
+
+
+def point_rates(path: str) -> tuple[float, ...]:
+  """The learning rates of a `--sweep=learning_rate=...` workdir's point folders."""
+  prefix = f"{AXIS}="
+  rates = []
+  for name in sorted(os.listdir(path)) if os.path.isdir(path) else ():
+    if name.startswith(prefix) and os.path.isdir(os.path.join(path, name)):
+      try:
+        rates.append(float(name[len(prefix):]))
+      except ValueError:
+        raise ValueError(f"{os.path.join(path, name)}: not a learning rate's folder.") from None
+  return tuple(sorted(rates))
+
+
+def read_premise(path: str, cfg: config_lib.ExperimentConfig) -> Grid:
+  """The adaptive grid of `transformer_lr_premise_cpu` in the workdir `path`:
+  its coarse `--sweep` grid (COARSE) and, per (score, d_k), the workdir of
+  the rates stages 2 and 3 added (EXTRA/<score>_d<dim>), read as one grid
+  whose cells plan their own rates (`union`). A folder under EXTRA that
+  names no (score, d_k) of the plan is a ValueError naming it."""
+  grids = [read_grid(os.path.join(path, COARSE), cfg, premise.COARSE_RATES)]
+  extra = os.path.join(path, EXTRA)
+  names = {extra_name(a, d): (a, d) for a in cfg.arms for d in cfg.dims}
+  for name in sorted(os.listdir(extra)) if os.path.isdir(extra) else ():
+    if name not in names:
+      raise ValueError(f"{os.path.join(extra, name)}: no (score, d_k) of the plan is called "
+                       f"{name!r}; expected one of {', '.join(sorted(names))}.")
+    rates = point_rates(os.path.join(extra, name))
+    if rates:
+      score, dim = names[name]
+      grids.append(read_grid(os.path.join(extra, name),
+                             cfg.replace(arms=(score,), dims=(dim,)), rates))
+  return union(grids)
+
+
+def ladder_index(lr: float, ladder: Sequence[float] = premise.LADDER) -> int:
+  """The place of `lr` on the ladder; a ValueError for a rate not on it."""
+  for i, rung in enumerate(ladder):
+    if math.isclose(lr, rung, rel_tol=1e-6):
+      return i
+  raise ValueError(f"learning rate {lr:g} is not on the ladder ({', '.join(map(str, ladder))}).")
+
+
+def plan_next(a: Analysis, ladder: Sequence[float] = premise.LADDER
+              ) -> dict[tuple[str, int], tuple[float, ...]]:
+  """The rates the adaptive rule asks for next (the preset's docstring,
+  stages 2 and 3), per (score, d_k), none of them planned yet. A curve with
+  a planned rate not yet known asks for nothing: its runs are under way.
+  Stage 2 first: a half-decade below where lr_opt is the curve's lowest
+  rate (or no L is finite), above where L never reaches the target, within
+  the ladder. Else stage 3: the ladder's middle rate of each grid interval
+  of lr* and of lr_att wider than one step."""
+  out = {}
+  g = a.grid
+  for score in g.scores:
+    for dim in g.dims[score]:
+      planned = g.planned(score, dim)
+      t, att = a.thresholds.get((score, dim)), a.attention.get((score, dim))
+      if t is None or not t.complete or any(Cell(score, dim, lr) in g.missing for lr in planned):
+        continue
+      places = [ladder_index(lr, ladder) for lr in planned]
+      new = set()
+      if (t.lowest or t.nowhere) and min(places) > 0:
+        new.add(ladder[max(min(places) - 2, 0)])
+      if t.above and max(places) < len(ladder) - 1:
+        new.add(ladder[min(max(places) + 2, len(ladder) - 1)])
+      if not new:
+        for low, high in (t.bracket or (None, None), att.bracket if att else (None, None)):
+          if low is None or high is None:
+            continue
+          i, j = ladder_index(low, ladder), ladder_index(high, ladder)
+          if j - i > 1:
+            new.add(ladder[(i + j) // 2])
+      new -= set(planned)
+      if new:
+        out[(score, dim)] = tuple(sorted(new))
+  return out
+
+
+# --- numbers ------------------------------------------------------------------
+
+
+def shared_rates(grid: Grid) -> tuple[float, ...]:
+  """The learning rates that every score of `grid` planned, ascending."""
+  sets = [set(v) for v in grid.learning_rates.values()]
+  return tuple(sorted(set.intersection(*sets))) if sets else ()
+
+
+def on_rates(grid: Grid, rates: Sequence[float]) -> Grid:
+  """`grid` cut to the learning rates `rates`, for every score: its records,
+  missing cells and plan at those rates only."""
+  keep = tuple(sorted(rates))
+  return Grid(tuple(r for r in grid.records if r.lr in keep),
+              tuple(c for c in grid.missing if c.lr in keep),
+              {s: keep for s in grid.scores}, dict(grid.dims), grid.vocab_size, grid.steps)
+
+
+def records_by_cell(records: Iterable[Record]) -> dict[Cell, list[Record]]:
+  """Each cell's records, in seed order."""
+  by_cell: dict[Cell, list[Record]] = collections.defaultdict(list)
+  for r in sorted(records, key=lambda r: (r.cell, r.seed)):
+    by_cell[r.cell].append(r)
+  return dict(by_cell)
+
+
+def seed_losses(records: Iterable[Record]) -> dict[Cell, np.ndarray]:
+  """Each cell's final validation losses, in seed order (inf: diverged)."""
+  by_cell = collections.defaultdict(list)
+  for r in sorted(records, key=lambda r: (r.cell, r.seed)):
+    by_cell[r.cell].append(r.loss)
+  return {c: np.asarray(v, np.float64) for c, v in by_cell.items()}
+
+
+def mean_losses(records: Iterable[Record]) -> dict[Cell, float]:
+  """L(s, d, lr): the mean over seeds; infinite where any seed diverged."""
+  return {c: float(np.mean(v)) for c, v in seed_losses(records).items()}
+
+
+@dataclasses.dataclass(frozen=True)
+class Threshold:
+  """lr_opt and lr* of one (score, d_k) curve and how far to trust lr*."""
+  lr_opt: float | None
+  loss_opt: float | None
+  lr_star: float | None
+  above: bool = False  # L never reaches the target: lr* beyond the grid's largest lr
+  lowest: bool = False  # lr_opt is the grid's lowest lr: the failure may begin lower
+  into_divergence: bool = False  # the point past the crossing diverged (module docstring)
+  nowhere: bool = False  # no finite L at any learning rate: no lr_opt
+  complete: bool = True  # every planned learning rate of the curve is known
+  # The grid interval that holds lr* without interpolation: (the last
+  # learning rate below the target, the first at or above it); None above
+  # as (the largest learning rate, None) when the target is never reached.
+  bracket: tuple[float, float | None] | None = None
+
+  @property
+  def censored(self) -> bool:
+    return self.above or self.lowest or self.nowhere
+
+  @property
+  def fitted(self) -> bool:
+    """Whether this lr* enters the law's fit."""
+    return self.lr_star is not None and self.complete and not self.censored
+
+
+def threshold(curve: Sequence[tuple[float, float]], planned: Sequence[float],
+              margin: float = FAILURE_MARGIN) -> Threshold:
+  """lr_opt (the learning rate of the smallest finite L; the lower on a tie)
+  and lr*: the first learning rate above it at which L, interpolated
+  linearly in log lr between the points of `curve` ((lr, L) pairs), reaches
+  L(lr_opt) + `margin`. `planned` (the grid's learning rates) says whether
+  lr_opt is the lowest and whether the curve is complete."""
+  points = sorted(curve)
+  complete = set(planned) <= {lr for lr, _ in points}
+  finite = [p for p in points if math.isfinite(p[1])]
+  if not finite:
+    return Threshold(None, None, None, nowhere=True, complete=complete)
+  lr_opt, loss_opt = min(finite, key=lambda p: (p[1], p[0]))
+  common = dict(lr_opt=lr_opt, loss_opt=loss_opt, lowest=lr_opt <= min(planned),
+                complete=complete)
+  target = loss_opt + margin
+  low_lr, low_loss = lr_opt, loss_opt  # below the target: margin > 0
+  for lr, loss in points:
+    if lr <= lr_opt:
+      continue
+    if loss >= target:
+      if math.isinf(loss):
+        return Threshold(lr_star=low_lr, into_divergence=True, bracket=(low_lr, lr), **common)
+      t = (target - low_loss) / (loss - low_loss)
+      x = math.log(low_lr) + t * (math.log(lr) - math.log(low_lr))
+      return Threshold(lr_star=math.exp(x), bracket=(low_lr, lr), **common)
+    low_lr, low_loss = lr, loss
+  return Threshold(lr_star=None, above=True, bracket=(low_lr, None), **common)
+
+
+def curve_of(losses: Mapping[Cell, float], score: str, dim: int) -> list[tuple[float, float]]:
+  """(lr, L) of every known cell of (score, dim), by learning rate."""
+  return sorted((c.lr, v) for c, v in losses.items() if c.score == score and c.dim == dim)
+
+
+def absolute_failures(losses: Mapping[Cell, float], margin: float = FAILURE_MARGIN
+                      ) -> tuple[dict[Cell, bool], dict[int, float]]:
+  """(whether each cell fails, L_best per d_k): a cell fails when its L is
+  above L_best(d) + `margin`, L_best(d) the smallest L of every score and
+  learning rate at its d_k; a diverged cell always fails."""
+  best = {}
+  for c, v in losses.items():
+    best[c.dim] = min(best.get(c.dim, math.inf), v)
+  fails = {c: not math.isfinite(v) or v > best[c.dim] + margin for c, v in losses.items()}
+  return fails, best
+
+
+def sensitivity(losses: Sequence[float], ln_vocab: float) -> float | None:
+  """Wortsman et al.'s learning-rate sensitivity of one curve: the mean over
+  its learning rates of min(L, ln V) minus its smallest L (ln V, the
+  uniform prediction's loss, stands in for the loss at step 0, so that a
+  diverged point counts as no learning rather than infinity); None if no L
+  is finite, or for a single learning rate (a spread over one point is 0 by
+  construction, which would read as perfect stability)."""
+  if len(losses) < 2:
+    return None
+  best = min(losses)
+  if not math.isfinite(best):
+    return None
+  return float(np.mean([min(v, ln_vocab) for v in losses])) - best
+
+
+def slope(points: Sequence[tuple[float, float]]) -> float | None:
+  """The least-squares slope of log lr* on log d_k over (d_k, lr*) `points`;
+  None with fewer than two distinct d_k."""
+  if len({d for d, _ in points}) < 2:
+    return None
+  x = np.log([d for d, _ in points])
+  y = np.log([lr for _, lr in points])
+  x = x - x.mean()
+  return float(np.sum(x * (y - y.mean())) / np.sum(x * x))
+
+
+def fit_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float]]:
+  """(d_k, lr*) of every d_k whose lr* enters the fit (`Threshold.fitted`)."""
+  return [(d, t.lr_star) for d, t in sorted(thresholds.items()) if t.fitted]
+
+
+def slope_bracket(intervals: Sequence[tuple[int, float, float]]) -> tuple[float, float] | None:
+  """The model-free bracket of the slope: the smallest and largest
+  least-squares slope of log lr on log d_k over every choice of each lr
+  inside its grid interval ((d_k, low, high) `intervals`; low 0 or high inf
+  for an interval open below or above: a censored cell), no interpolation.
+  The slope is linear in the log lr, so each extreme takes every lr at an
+  end of its interval (for the largest: the high end where log d_k is above
+  its mean, the low end below it); a d_k at the mean weighs nothing. None
+  with fewer than two distinct d_k bounded on some side."""
+  intervals = [(d, lo, hi) for d, lo, hi in intervals if lo > 0 or hi < math.inf]
+  if len({d for d, _, _ in intervals}) < 2:
+    return None
+  x = np.log([d for d, _, _ in intervals])
+  x = x - x.mean()
+  norm = float(np.sum(x * x))
+  tiny = 1e-9 * float(np.max(np.abs(x)))
+
+  def extreme(high_above_mean: bool) -> float:
+    total = 0.0
+    for xi, (_, lo, hi) in zip(x, intervals):
+      if abs(xi) <= tiny:
+        continue  # the slope does not depend on it
+      end = hi if (xi > 0) == high_above_mean else lo
+      total += xi * (math.log(end) if 0 < end < math.inf else -math.inf if end == 0 else math.inf)
+    return total / norm
+
+  return extreme(False), extreme(True)
+
+
+def loss_interval(t: Threshold) -> tuple[float, float] | None:
+  """The grid interval of lr* as the slope bracket takes it: open above
+  (high inf) where lr* is above the grid; open below (low 0) where lr_opt
+  is the grid's lowest, since the failure may begin lower; None where the
+  curve is incomplete or has no finite L."""
+  if not t.complete or t.bracket is None:
+    return None
+  low, high = t.bracket
+  return (0.0 if t.lowest else low, math.inf if high is None else high)
+
+
+def attention_interval(t: AttentionThreshold) -> tuple[float, float] | None:
+  """The grid interval of lr_att as the slope bracket takes it (open below
+  or above where censored); None where the curve is incomplete."""
+  if not t.complete:
+    return None
+  low, high = t.bracket
+  return (0.0 if low is None else low, math.inf if high is None else high)
+
+
+def intervals_of(thresholds: Mapping[int, Threshold | AttentionThreshold]
+                 ) -> list[tuple[int, float, float]]:
+  """(d_k, low, high) of every d_k whose interval is known, by d_k."""
+  out = []
+  for d, t in sorted(thresholds.items()):
+    interval = (attention_interval(t) if isinstance(t, AttentionThreshold)
+                else loss_interval(t))
+    if interval is not None:
+      out.append((d, *interval))
+  return out
+
+
+HOLDS, FAILS, UNRESOLVED = "holds", "fails", "not resolved by this grid"
+
+
+def verdict(bracket: tuple[float, float] | None, reference: float | None,
+            band: tuple[float, float] | None = None) -> str | None:
+  """What a slope's model-free `bracket` says of the predicted `reference`:
+  FAILS where the bracket excludes it; HOLDS where it lies inside `band`
+  (pre-registered with the grid; without one nothing holds); else
+  UNRESOLVED. None without a bracket or a prediction."""
+  if bracket is None or reference is None:
+    return None
+  low, high = bracket
+  if not low <= reference <= high:
+    return FAILS
+  if band is not None and band[0] <= low and high <= band[1]:
+    return HOLDS
+  return UNRESOLVED
+
+
+def deciding_half_width(point: float | None, reference: float | None,
+                        band: tuple[float, float] | None) -> float | None:
+  """The bracket half-width, centred on the point estimate `point`, at which
+  an unresolved verdict would be decided: the bracket excludes `reference`
+  once narrower than their distance, and lies inside `band` once within it;
+  refining decides at the larger of the two. None without a point
+  estimate, a prediction or a band."""
+  if point is None or reference is None or band is None:
+    return None
+  apart = abs(point - reference)
+  inside = min(point - band[0], band[1] - point)
+  return max(apart, inside)
+
+
+@dataclasses.dataclass(frozen=True)
+class Bootstrap:
+  low: float | None
+  high: float | None
+  replicates: int
+  with_slope: int  # replicates with at least two uncensored d_k
+
+
+def bootstrap_slope(losses: Mapping[tuple[int, float], np.ndarray],
+                    planned: Sequence[float] | Mapping[int, Sequence[float]],
+                    margin: float = FAILURE_MARGIN, replicates: int = BOOTSTRAP_REPLICATES,
+                    seed: int = BOOTSTRAP_SEED) -> Bootstrap:
+  """The percentile interval (`INTERVAL`) of the slope of one score over
+  `replicates` draws, each cell's seed losses (`losses[(d_k, lr)]`) drawn
+  with replacement from a generator seeded with `seed`. `planned`: the
+  learning rates of every d_k, or a mapping d_k -> its own. Only d_k whose
+  curve has every planned learning rate take part, as in the point estimate."""
+  rng = np.random.default_rng(seed)
+  dims = sorted({d for d, _ in losses})
+  rates = {d: tuple(sorted(planned[d] if isinstance(planned, Mapping) else planned))
+           for d in dims if not isinstance(planned, Mapping) or d in planned}
+  dims = [d for d in rates if all((d, lr) in losses for lr in rates[d])]
+  means = {}
+  for d in dims:
+    for lr in rates[d]:
+      values = losses[(d, lr)]
+      draws = rng.integers(0, values.size, size=(replicates, values.size))
+      means[(d, lr)] = values[draws].mean(axis=1)
+  slopes = []
+  for b in range(replicates):
+    per_dim = {d: threshold([(lr, means[(d, lr)][b]) for lr in rates[d]], rates[d], margin)
+               for d in dims}
+    s = slope(fit_points(per_dim))
+    if s is not None:
+      slopes.append(s)
+  if not slopes:
+    return Bootstrap(None, None, replicates, 0)
+  low, high = np.percentile(slopes, INTERVAL)
+  return Bootstrap(float(low), float(high), replicates, len(slopes))
+
+
+@dataclasses.dataclass(frozen=True)
+class AttentionThreshold:
+  """lr_att of one (score, d_k) curve: the lowest learning rate whose cell
+  saturates (`cell_saturates`), and its grid interval (the rate below it,
+  lr_att]; `below`: the lowest rate saturates already, `above`: none does."""
+  lr_att: float | None
+  bracket: tuple[float | None, float | None]
+  below: bool = False
+  above: bool = False
+  complete: bool = True  # every planned rate's saturation is known
+
+  @property
+  def fitted(self) -> bool:
+    return self.complete and not (self.below or self.above)
+
+
+def cell_saturates(records: Sequence[Record], share: float = SATURATED_SHARE) -> bool | None:
+  """Whether a cell's self attention saturates at the last step by the
+  attention rule: the mean over its seeds of the largest saturated share
+  over self-attention layers above `share`, a diverged seed counting as
+  saturated (share 1); None where a seed that did not diverge logged none."""
+  values = []
+  for r in records:
+    value = 1.0 if r.diverged else r.diagnostics.get(SATURATION_KEY)
+    if value is None:
+      return None
+    values.append(value)
+  return bool(values) and float(np.mean(values)) > share
+
+
+def attention_threshold(points: Sequence[tuple[float, bool | None]],
+                        planned: Sequence[float]) -> AttentionThreshold:
+  """lr_att from (lr, saturates) `points` of one curve (None: not known)."""
+  known = sorted((lr, v) for lr, v in points if v is not None)
+  complete = set(planned) <= {lr for lr, _ in known}
+  below = None
+  for lr, saturates in known:
+    if saturates:
+      return AttentionThreshold(lr, (below, lr), below=below is None, complete=complete)
+    below = lr
+  return AttentionThreshold(None, (below, None), above=True, complete=complete)
+
+
+@dataclasses.dataclass(frozen=True)
+class Law:
+  """The slope of one score: its model-free bracket (`slope_bracket`), the
+  interpolated point estimate and its bootstrap interval (over seeds only:
+  it leaves the grid's resolution out), what they were fitted on, and the
+  verdict on the prediction (`verdict`)."""
+  score: str
+  slope: float | None
+  dims: tuple[int, ...]  # the d_k fitted
+  interval: Bootstrap
+  reference: float | None
+  bracket: tuple[float, float] | None = None
+  band: tuple[float, float] | None = None  # pre-registered; None: no verdict can be `holds`
+  verdict: str | None = None
+  deciding_half_width: float | None = None  # where unresolved (`deciding_half_width`)
+
+  @property
+  def half_width(self) -> float | None:
+    return None if self.bracket is None else (self.bracket[1] - self.bracket[0]) / 2
+
+
+@dataclasses.dataclass(frozen=True)
+class Analysis:
+  grid: Grid
+  losses: dict[Cell, float]
+  thresholds: dict[tuple[str, int], Threshold]
+  fails: dict[Cell, bool]
+  best: dict[int, float]
+  sensitivity: dict[tuple[str, int], float | None]
+  laws: dict[str, Law]
+  diagnostics: dict[Cell, dict[str, float | None]]  # means over seeds that logged them
+  test_bleu: dict[Cell, float | None]  # mean over seeds not diverged
+  # The same analysis on the learning rates every score ran, where the scores'
+  # plans differ and share at least two rates (the module's docstring); else None.
+  shared: Analysis | None = None
+  # The attention rule beside the loss rule: lr_att per (score, d_k), and its
+  # law per score (a bracket and a verdict; no interpolation, so no point).
+  attention: dict[tuple[str, int], AttentionThreshold] = dataclasses.field(default_factory=dict)
+  attention_laws: dict[str, Law] = dataclasses.field(default_factory=dict)
+
+
+def _mean_known(values: Iterable[float | None]) -> float | None:
+  known = [v for v in values if v is not None]
+  return float(np.mean(known)) if known else None
+
+
+def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
+            replicates: int = BOOTSTRAP_REPLICATES,
+            bands: Mapping[str, tuple[float, float]] | None = None) -> Analysis:
+  """Every number of the rule for `grid` (partial or complete); `bands`: the
+  verdict bands of the slopes pre-registered with the grid, per score (None:
+  the grid registered none, and no verdict is `holds`)."""
+  losses = mean_losses(grid.records)
+  per_seed = seed_losses(grid.records)
+  ln_vocab = math.log(grid.vocab_size)
+  thresholds, sens, laws = {}, {}, {}
+  for score in grid.scores:
+    planned = {dim: grid.planned(score, dim) for dim in grid.dims[score]}
+    for dim in grid.dims[score]:
+      curve = curve_of(losses, score, dim)
+      if curve:
+        thresholds[(score, dim)] = threshold(curve, planned[dim], margin)
+        sens[(score, dim)] = sensitivity([v for _, v in curve], ln_vocab)
+    own = {d: t for (s, d), t in thresholds.items() if s == score}
+    points = fit_points(own)
+    mine = {(c.dim, c.lr): v for c, v in per_seed.items() if c.score == score}
+    point, reference = slope(points), REFERENCE_SLOPES.get(score)
+    bracket, band = slope_bracket(intervals_of(own)), (bands or {}).get(score)
+    said = verdict(bracket, reference, band)
+    laws[score] = Law(score, point, tuple(d for d, _ in points),
+                      bootstrap_slope(mine, planned, margin, replicates), reference,
+                      bracket, band, said,
+                      deciding_half_width(point, reference, band) if said == UNRESOLVED
+                      else None)
+  fails, best = absolute_failures(losses, margin)
+  by_cell = records_by_cell(grid.records)
+  attention, attention_laws = {}, {}
+  for score in grid.scores:
+    own = {}
+    for dim in grid.dims[score]:
+      rates = grid.planned(score, dim)
+      points = [(lr, cell_saturates(by_cell[Cell(score, dim, lr)])) for lr in rates
+                if Cell(score, dim, lr) in by_cell]
+      if points:
+        own[dim] = attention[(score, dim)] = attention_threshold(points, rates)
+    intervals = intervals_of(own)
+    reference, band = REFERENCE_SLOPES.get(score), (bands or {}).get(score)
+    bracket = slope_bracket(intervals)
+    said = verdict(bracket, reference, band)
+    attention_laws[score] = Law(score, None, tuple(d for d, *_ in intervals),
+                                Bootstrap(None, None, 0, 0), reference, bracket, band, said)
+  diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
+                     for k in rs[0].diagnostics} for c, rs in by_cell.items()}
+  bleu = {c: _mean_known(r.test_bleu for r in rs) for c, rs in by_cell.items()}
+  rates = shared_rates(grid)
+  shared = None
+  if len(rates) >= 2 and any(len(v) > len(rates) for v in grid.learning_rates.values()):
+    shared = analyse(on_rates(grid, rates), margin, replicates, bands)
+  return Analysis(grid, losses, thresholds, fails, best, sens, laws, diagnostics, bleu,
+                  shared, attention, attention_laws)
+
+
+def run_clocks(records: Iterable[Record]) -> dict[str, dict]:
+  """Per score: the finished runs (a run per cell: its seeds train as one
+  program) and the sum of their training clocks in hours, each run counted
+  once (the largest of its seeds' rows); runs without a clock are left out."""
+  per_cell: dict[Cell, float] = {}
+  for r in records:
+    if r.train_seconds is not None:
+      per_cell[r.cell] = max(per_cell.get(r.cell, 0.0), float(r.train_seconds))
+  out: dict[str, dict] = {}
+  for c, seconds in sorted(per_cell.items()):
+    row = out.setdefault(c.score, {"runs": 0, "hours": 0.0})
+    row["runs"] += 1
+    row["hours"] += seconds / 3600
+  return out
+
+
+def provenance_summary(records: Iterable[Record]) -> list[dict]:
+  """The distinct provenances of the result rows read, each with its number
+  of rows (`PROVENANCE_FIELDS`), most rows first; rows not yet finished
+  have none and are counted apart by the caller."""
+  counts: dict[str, list] = {}
+  for r in records:
+    if r.provenance is None:
+      continue
+    key = repr(sorted(r.provenance.items(), key=lambda kv: kv[0]))
+    counts.setdefault(key, [dict(r.provenance), 0])[1] += 1
+  return [{**p, "rows": n} for p, n in sorted(counts.values(), key=lambda pn: -pn[1])]
+
+
+def _cell_json(c: Cell) -> dict:
+  return {"score": c.score, "dim": c.dim, "lr": c.lr}
+
+
+def as_json(a: Analysis) -> dict:
+  """Every number of `a` as JSON-ready values (inf as null beside a flag)."""
+  g = a.grid
+  return {
+      "rule": {"failure_margin": FAILURE_MARGIN, "early_step": EARLY_STEP,
+               "saturated_share": SATURATED_SHARE,
+               "last_step": g.steps, "vocab_size": g.vocab_size,
+               "bootstrap": {"replicates": BOOTSTRAP_REPLICATES, "rng_seed": BOOTSTRAP_SEED,
+                             "percentiles": list(INTERVAL)}},
+      "plan": {s: {"dims": list(g.dims[s]), "learning_rates": list(g.learning_rates[s])}
+               for s in g.scores},
+      "missing": [_cell_json(c) for c in g.missing],
+      "records": [{**_cell_json(r.cell), "seed": r.seed,
+                   "loss": r.loss if r.loss != math.inf else None, "diverged": r.diverged,
+                   "test_bleu": r.test_bleu, "diagnostics": dict(r.diagnostics)}
+                  for r in g.records],
+      "cells": [{**_cell_json(c), "L": v if math.isfinite(v) else None,
+                 "diverged": not math.isfinite(v), "fails_absolute": a.fails[c],
+                 "test_bleu": a.test_bleu[c], "diagnostics": a.diagnostics[c]}
+                for c, v in sorted(a.losses.items())],
+      "L_best": {str(d): v for d, v in sorted(a.best.items())},
+      **_fits_json(a),
+      "shared_rates": None if a.shared is None else {
+          "learning_rates": list(shared_rates(g)), **_fits_json(a.shared)},
+      "run_clocks": run_clocks(g.records),
+      "provenance": provenance_summary(g.records),
+      "rows_without_result": sum(r.provenance is None for r in g.records),
+  }
+
+
+def _finite(x: float | None) -> float | None:
+  """`x`, or None where it is not finite (an open bracket's end)."""
+  return x if x is not None and math.isfinite(x) else None
+
+
+def _law_json(law: Law) -> dict:
+  return {"score": law.score, "slope": law.slope, "dims": list(law.dims),
+          "interval": [law.interval.low, law.interval.high],
+          "replicates": law.interval.replicates,
+          "replicates_with_slope": law.interval.with_slope, "reference": law.reference,
+          "bracket": None if law.bracket is None else [_finite(v) for v in law.bracket],
+          "half_width": _finite(law.half_width),
+          "band": None if law.band is None else list(law.band), "verdict": law.verdict,
+          "deciding_half_width": law.deciding_half_width}
+
+
+def _fits_json(a: Analysis) -> dict:
+  """lr* per (score, d_k), the sensitivities and the laws of `a`, and the
+  attention rule's lr_att and laws."""
+  return {
+      "attention_thresholds": [
+          {"score": s, "dim": d, "lr_att": t.lr_att, "bracket": list(t.bracket),
+           "below": t.below, "above": t.above, "complete": t.complete, "fitted": t.fitted}
+          for (s, d), t in a.attention.items()],
+      "attention_laws": [_law_json(law) for law in a.attention_laws.values()],
+      "thresholds": [{"score": s, "dim": d, **dataclasses.asdict(t), "censored": t.censored,
+                      "fitted": t.fitted} for (s, d), t in a.thresholds.items()],
+      "sensitivity": [{"score": s, "dim": d, "sensitivity": v,
+                       "complete": a.thresholds[(s, d)].complete}
+                      for (s, d), v in a.sensitivity.items()],
+      "laws": [_law_json(law) for law in a.laws.values()],
+  }

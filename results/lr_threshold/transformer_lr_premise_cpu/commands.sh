@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The 1/d_k law under its premise (preset `transformer_lr_premise_cpu`; its
+# docstring holds the rule, the rates and the verdict bands, fixed before any
+# run) and the Glorot grid's refinement. Run from the repository root:
+#   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh run      # trains (resumable: re-run it)
+#   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh plan     # the runs the rule asks for next
+#   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh copy     # finished runs into results/, reports
+# W (default runs/transformer_lr_premise_cpu) holds coarse/ (the coarse --sweep grid),
+# extra/<score>_d<dim>/ (the rates the rule added to that pair) and glorot_fine/ (the
+# transformer_lr_cpu grid's dot and scaled_dot at 1.8e-3, 5.6e-3, 1.8e-2); PY the
+# project's Python. A round of the rule's runs trains two (score, d_k) pairs at once,
+# each pinned to a core of its own, as the coarse grid's two workers are.
+# `copy` brings each finished run's files (never its checkpoints) into
+# results/lr_threshold/transformer_lr_premise_cpu/{coarse,extra} and results/lr_threshold/transformer_lr_cpu/fine,
+# so that a fresh clone skips those runs, then writes both reports from the committed
+# runs. test_translations.json is kept gzip'd (.json.gz, which the reports read).
+set -euo pipefail
+W="${W:-runs/transformer_lr_premise_cpu}"
+PY="${PY:-.venv/bin/python}"
+HERE=results/lr_threshold/transformer_lr_premise_cpu
+GLOROT=results/lr_threshold/transformer_lr_cpu
+COARSE_LRS=1e-4,3.2e-4,1e-3,3.2e-3,1e-2,3.2e-2
+FINE_LRS=1.8e-3,5.6e-3,1.8e-2
+PRESET=transformer_lr_premise_cpu
+# shellcheck source=../../../scripts/copy_runs.sh
+source "$(dirname "$0")/../../../scripts/copy_runs.sh"
+
+plan() {  # $1: the premise grid's root; prints "SCORE DIM RATES" lines
+  "$PY" -m experiments.lr_threshold.report --preset=$PRESET --main="$1" --plan
+}
+
+extra_lane() {  # $1: core; stdin: plan lines, each trained in turn on that core
+  local score dim rates
+  while read -r score dim rates; do
+    [ -n "$score" ] || continue
+    taskset -c "$1" "$PY" -m experiments.ablation --preset=$PRESET \
+        --workdir="$W/extra/${score}_d$dim" --arms="$score" --dims="$dim" --baseline="$score" \
+        --workers=1 --sweep=learning_rate="$rates"
+  done
+}
+
+reports() {  # $1: premise root, $2: Glorot main, $3: Glorot controls, $4: Glorot fine, $5 $6: outs
+  "$PY" -m experiments.lr_threshold.report --preset=$PRESET --main="$1" --out="$5"
+  if [ -d "$4" ]; then
+    "$PY" -m experiments.lr_threshold.report --main="$2" --controls="$3" --fine="$4" --out="$6"
+  fi
+}
+
+case "${1:-}" in
+  run)
+    "$PY" -m experiments.ablation --preset=$PRESET --workdir="$W/coarse" \
+        --sweep=learning_rate=$COARSE_LRS
+    while true; do
+      lines=$(plan "$W")
+      [ -n "$lines" ] || break
+      echo "the rule asks for: $lines"
+      printf '%s\n' "$lines" | awk 'NR % 2 == 1' | extra_lane 0 &
+      first=$!
+      printf '%s\n' "$lines" | awk 'NR % 2 == 0' | extra_lane 1
+      wait "$first"
+    done
+    echo "the premise grid is complete by its rule"
+    "$PY" -m experiments.ablation --preset=transformer_lr_cpu --workdir="$W/glorot_fine" \
+        --arms=dot,scaled_dot --sweep=learning_rate=$FINE_LRS ;;
+  plan) plan "$W" ;;
+  collect)
+    reports "$W" "$GLOROT/main" "$GLOROT/controls" "$W/glorot_fine" "$W/report" "$W/report_glorot" ;;
+  copy)
+    copy_finished_runs "$W/coarse" "$HERE/coarse" "$HERE/coarse"
+    [ ! -d "$W/extra" ] || for pair in "$W"/extra/*/; do
+      copy_finished_runs "${pair%/}" "$HERE/extra/$(basename "$pair")" \
+          "$HERE/extra/$(basename "$pair")"
+    done
+    copy_finished_runs "$W/glorot_fine" "$GLOROT/fine" "$GLOROT/fine"
+    if [ -d "$HERE/coarse" ]; then
+      reports "$HERE" "$GLOROT/main" "$GLOROT/controls" "$GLOROT/fine" "$HERE" "$GLOROT/refined"
+    fi ;;
+  *) echo "usage: $0 run|plan|collect|copy" >&2; exit 2 ;;
+esac
