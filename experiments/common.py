@@ -281,90 +281,6 @@ def maybe_start_distributed() -> None:
                                FLAGS.process_id)
 
 
-def worker_groups(cfg: config_lib.ExperimentConfig, scheme: str):
-  """With `--workers` > 1 on a host of several devices: the environment of
-  each worker's group of devices and the bytes of memory each group has to
-  itself (None where the workers share the host's); (None, None) otherwise
-  (one device: a core per worker). A ValueError naming the flag, before any
-  work, where the devices do not split, or the members or batches do not
-  split over a group.
-
-  GPUs (`workers.device_groups`): the driver only counts them; it starts its
-  client without taking their memory, which the workers will
-  (`XLA_PYTHON_CLIENT_PREALLOCATE` of the command line, if any, is theirs).
-  A TPU VM (`workers.tpu_groups`, one chip per worker): the driver counts
-  the chips without opening any (libtpu gives a chip to one process) and
-  runs on the CPU itself; each worker is held to the TPU (`JAX_PLATFORMS`),
-  so that a chip it cannot open is a failed run, not one trained on the CPU."""
-  if cfg.workers <= 1:
-    return None, None
-  from attention_jax.sweep import runner  # pylint: disable=g-import-not-at-top
-  from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import memory  # pylint: disable=g-import-not-at-top
-  platforms = host_memory.requested_platforms()
-  chips, version = workers.tpu_chips() if not platforms or "tpu" in platforms else (0, None)
-  if chips:
-    if distributed_started():
-      raise ValueError(_with_processes(cfg))
-    if backend_started():
-      raise ValueError(f"`--workers` = {cfg.workers} on a TPU VM: this process has already "
-                       "started a JAX backend, which holds the chips its workers need; start "
-                       "a fresh one.")
-    groups = workers.tpu_groups(cfg.workers, chips, version)
-    jax.config.update("jax_platforms", "cpu")  # the driver keeps off the chips
-    for environment in groups:
-      environment["JAX_PLATFORMS"] = ",".join(platforms) or "tpu"
-    hbm = workers.TPU_HBM_GIB.get(version)
-    return groups, (None if hbm is None else hbm * 2**30)
-  user_preallocate = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
-  os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
-  devices = jax.devices()
-  if len(devices) == 1:
-    return None, None
-  if jax.process_count() > 1:
-    raise ValueError(_with_processes(cfg))
-  groups = workers.device_groups(cfg.workers, devices[0].platform, len(devices))
-  runner.device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
-  for environment in groups:  # the command line's choice, else jax's default
-    environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
-        "true" if user_preallocate is None else user_preallocate)
-  # GPUs: each group has its devices' memory to itself (the state is checked
-  # against one device's: a data-parallel layout holds it on each). Host
-  # devices (the tests' stand-in) share the host's.
-  own = devices[0].platform != "cpu"
-  return groups, (memory.training_memory() if own else None)
-
-
-def check_before_connecting(cfg: config_lib.ExperimentConfig) -> None:
-  """The refusals of `worker_groups` that the flags alone decide: a
-  ValueError where `--workers` meets `--num_processes` over 1, before
-  `jax.distributed` connects (with `--coordinator_address=auto` the number
-  of processes is known only once connected: `worker_groups` refuses it)."""
-  if cfg.workers > 1 and (FLAGS.num_processes or 0) > 1:
-    raise ValueError(_with_processes(cfg))
-
-
-def _with_processes(cfg: config_lib.ExperimentConfig) -> str:
-  """The refusal of `--workers` in a run of several processes."""
-  return (f"`--workers` = {cfg.workers} with several processes (`--num_processes`): give "
-          "one or the other.")
-
-
-def distributed_started() -> bool:
-  """Whether `jax.distributed` has been started in this process (asked
-  without starting a backend)."""
-  started = getattr(jax.distributed, "is_initialized", None)
-  return bool(started and started())
-
-
-def backend_started() -> bool:
-  """Whether this process has started a JAX backend (after which the
-  platform it runs on can no longer be chosen)."""
-  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
-  started = getattr(xla_bridge, "backends_are_initialized", None)
-  return bool(started and started())
-
-
 _REPORT_FILES = (".md", ".jsonl", ".png")
 
 
@@ -457,12 +373,12 @@ def run_sweep(argv, extra: dict, sweep: tuple[str, ...] = (), report_only: bool 
     # What can be refused without a backend is refused before connecting:
     # `jax.distributed` waits minutes for the other processes, then fails
     # with a C++ stack, before the refusal after it was reached.
-    check_before_connecting(cfg)
+    workers.check_before_connecting(cfg, FLAGS.num_processes)
     runner.check_workdir(runner.Plan.of(cfg, FLAGS.workdir, axes, reports.write))
     maybe_start_distributed()
-    groups, group_memory = worker_groups(cfg, FLAGS.mesh)
+    groups, group_memory = workers.worker_groups(cfg, FLAGS.mesh)
     table = runner.run(cfg, FLAGS.workdir, report=reports.write,
-                       mesh=None if groups else runner.device_mesh(cfg, FLAGS.mesh), axes=axes,
+                       mesh=None if groups else workers.device_mesh(cfg, FLAGS.mesh), axes=axes,
                        worker_environments=groups, mesh_scheme=FLAGS.mesh,
                        group_memory=group_memory, shard=share)
   except interrupts.Interrupted as e:  # the trainer said where it stopped

@@ -169,21 +169,6 @@ class Plan:
     return tables[0]
 
 
-def device_mesh(cfg: ExperimentConfig, scheme: str, devices: Sequence | None = None):
-  """The `(members, data)` mesh of `devices` (default: every device of every
-  process) that `scheme` (`--mesh`) gives the members of `cfg`'s runs, or
-  None for a single device. A ValueError naming the flag where the members
-  or the batches do not split over it."""
-  devices = jax.devices() if devices is None else list(devices)
-  if len(devices) == 1:
-    return None
-  members, data = placement.mesh_shape(scheme, len(cfg.run_members()), len(devices))
-  mesh = placement.member_mesh(devices, members, data)
-  placement.Placement(mesh).check_divisible(batch_size=cfg.batch_size,
-                                            eval_batch_size=cfg.eval_batch_size)
-  return mesh
-
-
 def run(cfg: ExperimentConfig, workdir: str, *, report: Report, mesh=None,
         log: Callable[[str], None] = print,
         data=None, axes: tuple[tuple[str, tuple], ...] = (),
@@ -479,8 +464,8 @@ def train_job(job: Job, *, log: Callable[[str], None], deadline: float | None,
               mesh_scheme: str | None = None) -> bool:
   """`train_group` of `job` in a `--workers` process, which loads each
   dataset once (`_WORKER_DATASETS`); with `mesh_scheme`, its members laid
-  out on the worker's own devices (`device_mesh`)."""
-  mesh = None if mesh_scheme is None else device_mesh(job.config, mesh_scheme)
+  out on the worker's own devices (`workers.device_mesh`)."""
+  mesh = None if mesh_scheme is None else workers.device_mesh(job.config, mesh_scheme)
   return train_group(job.config, job.run, job.arm, _WORKER_DATASETS.get(job.config),
                      mesh=mesh, log=log, deadline=deadline, label=job.label)
 

@@ -435,3 +435,107 @@ def run_in_workers(workers: int, jobs: Sequence, train: Callable, deadline: floa
   if failed:
     raise RunsFailed(failed, len(jobs), finished=done)
   return finished
+
+
+# --- the driver's choice of devices for its runs, made before any run ---
+
+
+def device_mesh(cfg, scheme: str, devices: Sequence | None = None):
+  """The `(members, data)` mesh of `devices` (default: every device of every
+  process) that `scheme` (`--mesh`) gives the members of `cfg`'s runs, or
+  None for a single device. A ValueError naming the flag where the members
+  or the batches do not split over it."""
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import placement  # pylint: disable=g-import-not-at-top
+  devices = jax.devices() if devices is None else list(devices)
+  if len(devices) == 1:
+    return None
+  members, data = placement.mesh_shape(scheme, len(cfg.run_members()), len(devices))
+  mesh = placement.member_mesh(devices, members, data)
+  placement.Placement(mesh).check_divisible(batch_size=cfg.batch_size,
+                                            eval_batch_size=cfg.eval_batch_size)
+  return mesh
+
+
+def worker_groups(cfg, scheme: str):
+  """With `--workers` > 1 on a host of several devices: the environment of
+  each worker's group of devices and the bytes of memory each group has to
+  itself (None where the workers share the host's); (None, None) otherwise
+  (one device: a core per worker). A ValueError naming the flag, before any
+  work, where the devices do not split, or the members or batches do not
+  split over a group.
+
+  GPUs (`workers.device_groups`): the driver only counts them; it starts its
+  client without taking their memory, which the workers will
+  (`XLA_PYTHON_CLIENT_PREALLOCATE` of the command line, if any, is theirs).
+  A TPU VM (`workers.tpu_groups`, one chip per worker): the driver counts
+  the chips without opening any (libtpu gives a chip to one process) and
+  runs on the CPU itself; each worker is held to the TPU (`JAX_PLATFORMS`),
+  so that a chip it cannot open is a failed run, not one trained on the CPU."""
+  if cfg.workers <= 1:
+    return None, None
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import memory  # pylint: disable=g-import-not-at-top
+  platforms = host_memory.requested_platforms()
+  chips, version = tpu_chips() if not platforms or "tpu" in platforms else (0, None)
+  if chips:
+    if distributed_started():
+      raise ValueError(_with_processes(cfg))
+    if backend_started():
+      raise ValueError(f"`--workers` = {cfg.workers} on a TPU VM: this process has already "
+                       "started a JAX backend, which holds the chips its workers need; start "
+                       "a fresh one.")
+    groups = tpu_groups(cfg.workers, chips, version)
+    jax.config.update("jax_platforms", "cpu")  # the driver keeps off the chips
+    for environment in groups:
+      environment["JAX_PLATFORMS"] = ",".join(platforms) or "tpu"
+    hbm = TPU_HBM_GIB.get(version)
+    return groups, (None if hbm is None else hbm * 2**30)
+  user_preallocate = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
+  os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+  devices = jax.devices()
+  if len(devices) == 1:
+    return None, None
+  if jax.process_count() > 1:
+    raise ValueError(_with_processes(cfg))
+  groups = device_groups(cfg.workers, devices[0].platform, len(devices))
+  device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
+  for environment in groups:  # the command line's choice, else jax's default
+    environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
+        "true" if user_preallocate is None else user_preallocate)
+  # GPUs: each group has its devices' memory to itself (the state is checked
+  # against one device's: a data-parallel layout holds it on each). Host
+  # devices (the tests' stand-in) share the host's.
+  own = devices[0].platform != "cpu"
+  return groups, (memory.training_memory() if own else None)
+
+
+def check_before_connecting(cfg, num_processes: int | None) -> None:
+  """The refusals of `worker_groups` that the flags alone decide: a
+  ValueError where `--workers` meets `--num_processes` over 1, before
+  `jax.distributed` connects (with `--coordinator_address=auto` the number
+  of processes is known only once connected: `worker_groups` refuses it)."""
+  if cfg.workers > 1 and (num_processes or 0) > 1:
+    raise ValueError(_with_processes(cfg))
+
+
+def _with_processes(cfg) -> str:
+  """The refusal of `--workers` in a run of several processes."""
+  return (f"`--workers` = {cfg.workers} with several processes (`--num_processes`): give "
+          "one or the other.")
+
+
+def distributed_started() -> bool:
+  """Whether `jax.distributed` has been started in this process (asked
+  without starting a backend)."""
+  import jax  # pylint: disable=g-import-not-at-top
+  started = getattr(jax.distributed, "is_initialized", None)
+  return bool(started and started())
+
+
+def backend_started() -> bool:
+  """Whether this process has started a JAX backend (after which the
+  platform it runs on can no longer be chosen)."""
+  from jax._src import xla_bridge  # pylint: disable=g-import-not-at-top
+  started = getattr(xla_bridge, "backends_are_initialized", None)
+  return bool(started and started())

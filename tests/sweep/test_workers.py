@@ -313,12 +313,11 @@ def test_fewer_device_groups_than_workers_is_refused():
                            lambda job: None, environments=[{}])
 
 
-# The driver's check of `--workers` on 8 host devices (`common.worker_groups`):
+# The driver's check of `--workers` on 8 host devices (`workers.worker_groups`):
 # the groups each worker gets, and the refusals, each one line; prints them.
 _GROUPS_SCRIPT = """
 import json
-from attention_jax.sweep import config
-from experiments import common
+from attention_jax.sweep import config, workers
 out = {}
 for name, workers_count, seeds, scheme in (("two", 2, 4, "members"), ("one", 1, 4, "members"),
                                           ("three", 3, 4, "members"),
@@ -326,7 +325,7 @@ for name, workers_count, seeds, scheme in (("two", 2, 4, "members"), ("one", 1, 
                                           ("auto", 4, 4, "auto")):
   cfg = config.from_preset("smoke", seeds=seeds, workers=workers_count)
   try:
-    groups, group_memory = common.worker_groups(cfg, scheme)
+    groups, group_memory = workers.worker_groups(cfg, scheme)
     assert group_memory is None  # host devices share the host's memory
     out[name] = groups
   except ValueError as e:
@@ -397,27 +396,26 @@ def test_tpu_chips_are_read_without_a_backend_and_none_where_jax_cannot_say(monk
   assert workers.tpu_chips() == (0, None)
 
 
-# The driver's choice on a TPU VM (`common.worker_groups`), the chips faked:
+# The driver's choice on a TPU VM (`workers.worker_groups`), the chips faked:
 # it must never open a chip (its workers need them all), so it ends on the
 # CPU; every refusal is one line before any work. Prints what it saw.
 _TPU_SCRIPT = """
 import json, os
 from attention_jax.sweep import config, workers
-from experiments import common
 workers.tpu_chips = lambda: (4, "v5e")
 out = {}
 for name, workers_count in (("too_many", 5), ("two", 2)):
   cfg = config.from_preset("smoke", workers=workers_count)
   try:
-    out[name] = common.worker_groups(cfg, "auto")
+    out[name] = workers.worker_groups(cfg, "auto")
   except ValueError as e:
     out[name] = "error: " + str(e)
-out["started_before_devices"] = common.backend_started()
+out["started_before_devices"] = workers.backend_started()
 import jax
 out["driver_platform"] = jax.devices()[0].platform
 out["again"] = None
 try:
-  common.worker_groups(config.from_preset("smoke", workers=2), "auto")
+  workers.worker_groups(config.from_preset("smoke", workers=2), "auto")
 except ValueError as e:
   out["again"] = "error: " + str(e)
 print("RESULT " + json.dumps(out))
