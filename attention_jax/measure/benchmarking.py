@@ -1,4 +1,4 @@
-"""Honest-measurement helpers for attention benchmarks (used by experiments/benchmarks/).
+"""Honest-measurement helpers for attention benchmarks (used by every study that times a kernel or a step).
 
 - FLOPs by the FlashAttention convention: forward `4·B·H·Tq·Tk·D` (two
   matmuls of `2·Tq·Tk·D` per head), halved when causal; forward+backward is

@@ -36,7 +36,7 @@ as measured; earlier runs' rows are kept, each row names its `run`),
 sequence length per implementation) and `additive_memory.png`.
 
 This file is the command line only: flags -> `Settings` (preset + flags given)
--> the suites of `experiments/benchmarks/`, which get everything from it.
+-> the suites of `experiments/kernels/`, which get everything from it.
 """
 
 from __future__ import annotations

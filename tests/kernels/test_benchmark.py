@@ -1,5 +1,5 @@
 """Tests of experiments/kernels/run.py end to end (subprocesses, tiny sizes) and of
-its suites and settings (experiments/benchmarks/, in this process)."""
+its suites and settings (experiments/kernels/, in this process)."""
 
 import dataclasses
 import json
