@@ -213,7 +213,14 @@ RESULTS_EXTENSIONS = {".json", ".jsonl", ".png", ".svg", ".md", ".log", ".txt", 
                       ".csv", ".gz", ".sh"}
 _PYTHON_LINE = re.compile(rb"^(?:import \w|from [\w.]+ import |#!.*python).*$", re.M)
 # A folder of the machine that made a file: a path that means nothing in a clone.
-_MACHINE_PATH = re.compile(rb"/(?:work|tmp|root|home)/")
+# An absolute path (its first `/` not inside a word or after a placeholder such
+# as `<venv>`) into a workspace, a temporary or home folder, or the system's
+# install folders (a traceback through the libraries of the device machine:
+# /opt/..., /usr/local/..., /usr/lib/python3/dist-packages/...), through to its end.
+_PATH_END = rb"[^\s\"'`<>()\[\]{},;]*"
+_MACHINE_PATH = re.compile(
+    rb"(?<![\w.~>-])/(?:(?:work|tmp|root|home|opt)/|usr/local/|usr/lib)" + _PATH_END
+    + rb"|(?<![\w.~>-])/" + _PATH_END + rb"/(?:site|dist)-packages/" + _PATH_END)
 
 
 def results_files() -> list[Path]:
@@ -267,12 +274,21 @@ def test_the_results_checks_see_code_and_machine_paths(tmp_path):
   (tmp_path / "kinds.py").write_text("import json\n")
   (tmp_path / "notes.txt").write_text("text\nfrom attention_jax import models\n")
   (tmp_path / "run.log").write_text("ok\nwrote /work/runs/x/table.md, /tmp/y\n")
+  (tmp_path / "trace.log").write_text(
+      '/opt/torch/.venv/lib/python3.12/site-packages/jax/_src/core.py:12: in bind\n'
+      '  File "/usr/local/lib/python3.11/dist-packages/absl/app.py", line 3\n'
+      "from /venv/lib/python3.12/site-packages/flax and /usr/lib/python3/x.py\n"
+      "cached at /home/alice/.cache/jax and /root/.cache\n"
+      "<venv>/lib/python3.12/site-packages/jax/_src/core.py:12 <home>/.cache "
+      "site-packages/jax/x.py runs/tmp/x /usr/bin/env\n")
   (tmp_path / "fine.md").write_text("`python -m experiments.ablation --workdir=runs/x`\n"
                                     "    import attention_jax  # indented: an example\n")
   files = sorted(tmp_path.iterdir())
   assert code_in_results(files, tmp_path) == [
       "kinds.py: a .py file", "notes.txt: 'from attention_jax import models'"]
-  assert machine_paths_in(files, tmp_path) == ["run.log:2", "run.log:2"]
+  assert machine_paths_in(files, tmp_path) == [
+      "run.log:2", "run.log:2", "trace.log:1", "trace.log:2", "trace.log:3", "trace.log:3",
+      "trace.log:4", "trace.log:4"]
 
 
 @pytest.mark.parametrize("folder", ablation_folders(), ids=lambda p: str(p.relative_to(ROOT)))
