@@ -22,6 +22,7 @@ import numpy as np
 from attention_jax import _validate
 from attention_jax import blockwise
 from attention_jax import registry
+from attention_jax import scores as scores_lib
 from attention_jax.score_kinds import DotProduct
 
 __all__ = ["attend", "attention", "compute_scores", "select_implementation", "IMPLEMENTATIONS",
@@ -347,9 +348,11 @@ def _dot_product(score, query, keys, params) -> DotProduct | None:
 
 def _pallas_serves(score: str, params, return_weights: bool) -> bool:
   """Whether the Pallas additive kernels (`pallas_additive`) compute `score`
-  for these inputs: `additive` with `w_q [dq, a]`, `w_k [dk, a]`, `v [a]`,
+  for these inputs: a score whose pure function is `scores.additive` (the
+  function the kernels fuse), with `w_q [dq, a]`, `w_k [dk, a]`, `v [a]`,
   without the weights (which they never form)."""
-  if score != "additive" or return_weights:
+  spec = registry.SCORES.get(score)
+  if spec is None or spec.function is not scores_lib.additive or return_weights:
     return False
   params = dict(params or {})
   return (all(p in params for p in ("w_q", "w_k", "v"))
@@ -395,7 +398,7 @@ def select_implementation(score: str, implementation: str, query, keys, values, 
   # jax.nn.dot_product_attention needs one feature size for q, k and v, and
   # computes a score whose entry names itself as `fused` (dot, scaled_dot).
   spec = registry.SCORES.get(score)
-  fusable = (spec is not None and spec.fused == score and not return_weights
+  fusable = (spec is not None and spec.fusable and not return_weights
              and query.shape[-1] == keys.shape[-1] == values.shape[-1])
   if implementation in ("xla", "cudnn"):
     if not fusable:

@@ -5,11 +5,13 @@ carries everything that is particular to it: its parameters, logits and
 NumPy reference in both attention layers (`rnn`, `mha`: `score_kinds.Form`),
 the pure function `attention` accepts (`function`) with its naive float32
 form for the benchmark (`naive`), the scaled dot product the fused /
-blockwise kernels see in it (`dot_product`), the learned parameters the
-trainer's diagnostics log (`logged_params`), and how long a source its
-parameters must be built for (`needs_length`, `per_position`). The layers,
-`attention`, the trainer, the benchmark and the tests branch on no score
-name: they read these fields.
+blockwise kernels see in it (`dot_product`, `fused`, `fusable`), the
+learned parameters the trainer's diagnostics log (`logged_params`), how
+long a source its parameters must be built for (`needs_length`,
+`per_position`), and what its cost is made of (`one_product`,
+`pair_block`). The layers, `attention`, the trainer, the benchmark, the
+drivers and the tests branch on no score name: they read these fields
+(`tests/test_registry_names.py` checks the code for comparisons with one).
 
 Every other list of score names is derived from `SCORES` when it is read:
 the pure functions `attention`/`compute_scores` accept (`FUNCTION_SCORES`),
@@ -67,9 +69,22 @@ class Score:
       (`location`), so the RNN trainer builds it for the widest batch any
       split gives (evaluation is not length-filtered), not for the longest
       training sentence; implies `needs_length`.
+    one_product: its logits in both layers are one product `q kᵀ` of the
+      query and keys the layer hands over, with at most elementwise work
+      besides (a scale, a normalisation, a learned factor): no matrix of its
+      own, nothing formed per (query, key) pair. Such logits cost
+      2·Tq·Tk·d FLOPs per head and are at least float32 (`scores.py`); the
+      hand FLOP count of a Transformer step (experiments/cpu_efficiency)
+      covers exactly these scores.
+    pair_block: its logits form a vector of `a` features for every (query,
+      key) pair (additive's `[..., Tq, Tk, a]` tanh block), so its memory
+      and time grow with Tq·Tk·a, not Tq·Tk: the drivers' caps on it
+      (`--additive_max_dim`, the kernel suite's `--additive_max_len`,
+      init_logits' `--max_block_gb`) apply to such scores.
     fused: the pure score (after any projection) that the fused kernels
       (`jax.nn.dot_product_attention`, cuDNN flash attention) compute, or
-      None where no fused kernel applies.
+      None where no fused kernel applies. `fusable` (a property): the score
+      is that pure score itself, so `attention(score=name)` may run on them.
     function: the pure function `attention(score=name)` computes, `f(q, k,
       **params)`, or None where the score is no pure function of q and k.
     function_params: the `params` it requires; `function_options`: those
@@ -100,12 +115,21 @@ class Score:
   function_options: tuple[str, ...] = ()
   dot_product: kinds.DotProduct | None = None
   per_position: bool = False
+  one_product: bool = False
+  pair_block: bool = False
   naive: Callable[..., Any] | None = None
   # Left out of the entry's hash and equality: a dict cannot be hashed, and a
   # layer keeps its entry as static graph data, which JAX hashes when it
   # compiles (`nnx.jit`'s GraphDef; experiments/init_logits/run.py failed so).
   logged_params: Mapping[str, str] = dataclasses.field(default_factory=dict, hash=False,
                                                        compare=False)
+
+  @property
+  def fusable(self) -> bool:
+    """Whether the fused kernels compute this score itself, not only its
+    projections': `attention(score=name, implementation='xla' / 'cudnn')`
+    serves it (for dq == dk == dv and no weights)."""
+    return self.fused == self.name
 
   def __post_init__(self):
     if self.mha is None:
@@ -125,28 +149,30 @@ SCORES: dict[str, Score] = {s.name: s for s in (
           rnn=Form(kinds.additive_of_projections, kinds.additive_v, kinds.additive_reference),
           mha=Form(kinds.additive_per_head, kinds.additive_heads,
                    kinds.additive_heads_reference, kernel=kinds.additive_heads_kernel),
-          projected=True,
+          projected=True, pair_block=True,
           function=scores.additive, function_params=("w_q", "w_k", "v"),
           naive=kinds.additive_naive),
     Score("multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩", "Britz et al. 2017 eq. 7",
-          rnn=Form(scores.dot, reference=kinds.dot_reference), projected=True, fused="dot"),
+          rnn=Form(scores.dot, reference=kinds.dot_reference), projected=True, fused="dot",
+          one_product=True),
     Score("scaled_multiplicative", "⟨W_1 s + b_1, W_2 h + b_2⟩ / √a",
           "Britz et al. 2017 eq. 7 with the scaling of Vaswani et al. 2017",
           rnn=Form(scores.scaled_dot, reference=kinds.scaled_dot_reference), projected=True,
-          fused="scaled_dot"),
+          fused="scaled_dot", one_product=True),
     # The modern fixes of logit growth (opt-in arms).
     Score("qk_norm", "g · ⟨ŝ, ĥ⟩, x̂ = x/‖x‖ of W_1 s + b_1, W_2 h + b_2; g learned",
           "Henry et al. 2020 (QKNorm); g starts at log₂(L² − L)",
           rnn=Form(scores.qk_norm, kinds.qk_norm_g, kinds.qk_norm_reference), projected=True,
-          needs_length=True, logged_params={"g": "qk_norm_g"}),
+          needs_length=True, one_product=True, logged_params={"g": "qk_norm_g"}),
     Score("inverse_dim", "⟨W_1 s + b_1, W_2 h + b_2⟩ / a", "Yang et al. 2021 (μP)",
-          rnn=Form(scores.inverse_dim, reference=kinds.inverse_dim_reference), projected=True),
+          rnn=Form(scores.inverse_dim, reference=kinds.inverse_dim_reference), projected=True,
+          one_product=True),
     Score("dot", "sᵀh", "Luong et al. 2015", rnn=Form(scores.dot, reference=kinds.dot_reference),
-          same_dim=True, fused="dot", function=scores.dot, dot_product=kinds.DOT,
-          naive=kinds.dot_naive),
+          same_dim=True, fused="dot", one_product=True, function=scores.dot,
+          dot_product=kinds.DOT, naive=kinds.dot_naive),
     Score("scaled_dot", "sᵀh / √d", "Vaswani et al. 2017",
           rnn=Form(scores.scaled_dot, reference=kinds.scaled_dot_reference),
-          same_dim=True, fused="scaled_dot", function=scores.scaled_dot,
+          same_dim=True, fused="scaled_dot", one_product=True, function=scores.scaled_dot,
           dot_product=kinds.SCALED_DOT, naive=kinds.scaled_dot_naive),
     Score("general", "sᵀ W h", "Luong et al. 2015",
           rnn=Form(scores.general, kinds.general_w, kinds.general_reference),
@@ -156,8 +182,8 @@ SCORES: dict[str, Score] = {s.name: s for s in (
     Score("cosine", "β · cos(s, h), β learned", "Graves et al. 2014 (content-based)",
           rnn=Form(scores.cosine, kinds.cosine_beta, kinds.cosine_reference),
           mha=Form(kinds.cosine_per_head, kinds.cosine_beta, kinds.cosine_heads_reference),
-          same_dim=True, function=scores.cosine, function_options=("beta",),
-          dot_product=kinds.COSINE, naive=kinds.cosine_naive),
+          same_dim=True, one_product=True, function=scores.cosine,
+          function_options=("beta",), dot_product=kinds.COSINE, naive=kinds.cosine_naive),
     Score("location", "(W_a s + b_a)[:S]", "Luong et al. 2015",
           rnn=Form(kinds.location, kinds.location_proj, kinds.location_reference),
           mha=Form(kinds.location_per_head, kinds.location_heads,
@@ -228,7 +254,7 @@ def register(score: Score) -> Score:
     raise TypeError(f"`score` must be a registry.Score, got {type(score).__name__}.")
   if score.name in SCORES or score.name in NO_ATTENTION_ARMS:
     raise ValueError(f"`score.name` {score.name!r} is taken; taken: {ARMS}.")
-  fused_names = tuple(n for n, s in SCORES.items() if s.fused == n)
+  fused_names = tuple(n for n, s in SCORES.items() if s.fusable)
   if score.fused is not None and score.fused not in fused_names:
     raise ValueError(f"`score.fused` must be None or one of {fused_names}, "
                      f"got {score.fused!r}.")

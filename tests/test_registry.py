@@ -1,6 +1,7 @@
 """The score registry is the one list: every derived list and every layer agree with it."""
 
 import inspect
+import math
 
 import jax
 import jax.numpy as jnp
@@ -11,6 +12,7 @@ from flax import nnx
 from attention_jax import layers, registry, scores
 from attention_jax import score_kinds as kinds
 from attention_jax.attention import select_implementation
+from attention_jax.measure import flops
 from attention_jax.sweep import config
 
 
@@ -18,8 +20,8 @@ def test_derived_lists_follow_the_registry():
   assert layers.SCORES == tuple(registry.SCORES)
   assert registry.FUNCTION_SCORES == tuple(n for n, s in registry.SCORES.items() if s.function)
   assert config.ARMS == tuple(registry.SCORES) + registry.NO_ATTENTION_ARMS
-  for spec in registry.SCORES.values():  # fused names are pure dot-product scores
-    assert spec.fused in (None, "dot", "scaled_dot")
+  for spec in registry.SCORES.values():  # fused names are scores the fused kernels compute
+    assert spec.fused is None or registry.SCORES[spec.fused].fusable
     assert (spec.dot_product is None) or spec.function is not None
     # every parameter a pure function requires is a named parameter of it
     for param in spec.function_params + spec.function_options:
@@ -142,3 +144,61 @@ def test_every_entry_hashes_as_the_static_graph_data_it_is():
   for name in registry.SCORES:
     entry = registry.get(name)
     assert hash(entry) == hash(registry.get(name)), name
+
+
+# The sizes of the cost checks below: all distinct, so that no other product
+# can count as the one product B·H·Tq·Tk·d.
+_B, _H, _TQ, _TK, _D, _L = 2, 3, 4, 5, 7, 11
+
+
+def _form_inputs(spec, layer):
+  """`(logits, q, k)` of the entry's `layer` form on random inputs: the heads
+  on axis 1 for 'mha', every size `_D` (a projected score's a too)."""
+  form = getattr(spec, layer)
+  heads = _H if layer == "mha" else None
+  made = form.make_params(kinds.Dims(_D, _D, _D, max_length=_L, heads=heads), nnx.Rngs(0))
+  params = {n: p[...] if isinstance(p, nnx.Variable) else p for n, p in made.items()}
+  lead = (_B, _H)
+  q = jax.random.normal(jax.random.key(1), lead + (_TQ, _D))
+  k = jax.random.normal(jax.random.key(2), lead + (_TK, _D))
+  return (lambda q, k: form.logits(q, k, **params)), q, k
+
+
+def _values(fn, *args):
+  """Every value `fn`'s jaxpr computes (its sub-jaxprs' too), by shape."""
+  def walk(jaxpr):
+    for eqn in jaxpr.eqns:
+      yield from (v.aval.shape for v in eqn.outvars)
+      for param in eqn.params.values():
+        for sub in param if isinstance(param, (tuple, list)) else (param,):
+          inner = getattr(sub, "jaxpr", sub)
+          if hasattr(inner, "eqns"):
+            yield from walk(inner)
+  return list(walk(jax.make_jaxpr(fn)(*args).jaxpr))
+
+
+@pytest.mark.parametrize("name", registry.LAYER_SCORES)
+def test_one_product_is_what_the_layer_forms_cost(name):
+  """`one_product`: the logits of both forms cost exactly the matrix-product
+  FLOPs of q·kᵀ (what the Transformer's hand count assumes)."""
+  spec = registry.SCORES[name]
+  one = 2 * _B * _H * _TQ * _TK * _D
+  counts = [flops.count(*_form_inputs(spec, layer)).matmul for layer in ("rnn", "mha")]
+  assert all(c == one for c in counts) == spec.one_product, counts
+
+
+@pytest.mark.parametrize("name", registry.LAYER_SCORES)
+def test_pair_block_is_a_value_per_query_key_pair_and_feature(name):
+  """`pair_block`: a form's logits compute a value of Tq·Tk·a elements per
+  head (additive's tanh block); no other score's forms do."""
+  spec = registry.SCORES[name]
+  block = _TQ * _TK * _D
+  for layer in ("rnn", "mha"):
+    biggest = max(math.prod(s) for s in _values(*_form_inputs(spec, layer)))
+    assert (biggest >= _B * _H * block) == spec.pair_block, (layer, biggest)
+
+
+def test_fusable_scores_are_their_own_fused_score():
+  for name, spec in registry.SCORES.items():
+    assert spec.fusable == (spec.fused == name)
+  assert [n for n, s in registry.SCORES.items() if s.fusable] == ["dot", "scaled_dot"]

@@ -1,19 +1,29 @@
-"""Tests for attention_jax.scores: formulas, chunked additive, transforms, errors.
+"""Tests of the score functions, over the registry: every registered score's
+pure function (`function`, against its naive form `naive`) and the logits of
+its layer forms (`rnn`, `mha`, against their NumPy references) -- values in
+float32 and bfloat16, shapes, dtypes, broadcasting, jit / vmap / grad -- and
+what particular functions of scores.py promise (the chunked additive score,
+cosine's norm clamp, QKNorm's g, errors, float32 logits).
 
-Shape glossary: B batch, H heads, Tq / Tk lengths, d features, a attention size.
+Shape glossary: B batch, H heads, Tq / Tk lengths, d features, a attention
+size, L the longest key axis a form's parameters are built for.
 """
 
-import itertools
+import dataclasses
 import math
+from typing import Any, Callable
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 
-from attention_jax import scores
+from attention_jax import registry, scores
+from attention_jax import score_kinds as kinds
 
 B, H, TQ, TK, D, A = 2, 3, 4, 5, 8, 6
+L = TK + 2  # longer than the keys: a location form slices its W_a to them
 
 # bf16 keeps 8 significant bits (relative step 2**-8); sums of a few products
 # of O(1) numbers then carry errors of a few 1e-2 at most.
@@ -25,114 +35,175 @@ def _normal(rng, shape, dtype=jnp.float32):
   return jnp.asarray(rng.normal(size=shape).astype(np.float32), dtype)
 
 
-def _pairwise(pair_score, q, k):
-  """Scores by looping over (leading index, i, j): the formula applied literally."""
-  q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
-  lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-  q = np.broadcast_to(q, lead + q.shape[-2:])
-  k = np.broadcast_to(k, lead + k.shape[-2:])
-  out = np.zeros(lead + (q.shape[-2], k.shape[-2]))
-  for idx in np.ndindex(*lead):
-    for i, j in itertools.product(range(q.shape[-2]), range(k.shape[-2])):
-      out[idx + (i, j)] = pair_score(q[idx + (i,)], k[idx + (j,)])
-  return out
+def _f64(x):
+  return np.asarray(x, np.float64)
 
 
-def ref_dot(q, k):
-  return _pairwise(lambda s, h: np.sum(s * h), q, k)
+# -- every score function of the registry, against its entry's reference --------
 
 
-def ref_scaled_dot(q, k):
-  n = np.shape(q)[-1]
-  return _pairwise(lambda s, h: np.sum(s * h) / math.sqrt(n), q, k)
+@dataclasses.dataclass(frozen=True)
+class Case:
+  """One score function of an entry, on random inputs.
+
+  `fn(*args)` -> scores `[..., Tq, Tk]`, with `args` = `(q, k, *array
+  parameters)` (a parameter that is a module is closed over);
+  `reference(*args)` the same scores by the entry's reference, the args
+  given as float64 NumPy; `float32`: half-precision inputs give float32
+  scores.
+  """
+  fn: Callable[..., Any]
+  args: tuple
+  reference: Callable[..., np.ndarray]
+  float32: bool
+
+  def expected(self) -> np.ndarray:
+    """The reference of the same (rounded) inputs, in float64."""
+    return self.reference(*[_f64(a) for a in self.args])
 
 
-def ref_general(q, k, w):
-  w = np.asarray(w, np.float64)
-  return _pairwise(lambda s, h: s @ w @ h, q, k)
+def _float32_scores(spec: registry.Score) -> bool:
+  """Whether half-precision inputs give float32 scores: the dot-product family
+  of scores.py (one product q·kᵀ, `one_product`, or one after a matrix is
+  folded in, `dot_product`) accumulates and keeps its products in float32;
+  the other scores keep their inputs' dtype."""
+  return spec.one_product or spec.dot_product is not None
 
 
-def ref_additive(q, k, w_q, w_k, v):
-  w_q, w_k, v = (np.asarray(x, np.float64) for x in (w_q, w_k, v))
-  return _pairwise(lambda s, h: v @ np.tanh(s @ w_q + h @ w_k), q, k)
+# Random values of the parameters the pure functions take, by parameter name,
+# for queries of dq and keys of dk features.
+FUNCTION_PARAMS = {
+    "w": lambda rng, dq, dk, dtype: _normal(rng, (dq, dk), dtype) / math.sqrt(dq),
+    "w_q": lambda rng, dq, dk, dtype: _normal(rng, (dq, A), dtype) / math.sqrt(dq),
+    "w_k": lambda rng, dq, dk, dtype: _normal(rng, (dk, A), dtype) / math.sqrt(dk),
+    "v": lambda rng, dq, dk, dtype: _normal(rng, (A,), dtype),
+    "beta": lambda rng, dq, dk, dtype: jnp.asarray(2.5, dtype),
+}
 
 
-def ref_cosine(q, k, beta=1.0):
-  def cos(s, h):
-    norm = np.linalg.norm(s) * np.linalg.norm(h)
-    return 0.0 if norm == 0 else np.sum(s * h) / norm
-  return np.asarray(beta, np.float64) * _pairwise(cos, q, k)
-
-
-def ref_inverse_dim(q, k):
-  """μP (Yang et al. 2021): qᵀk / d."""
-  return _pairwise(lambda s, h: np.sum(s * h) / s.shape[-1], q, k)
-
-
-def ref_qk_norm(q, k, g):
-  """QKNorm (Henry et al. 2020): g · (q/‖q‖₂)ᵀ(k/‖k‖₂)."""
-  unit = lambda x: x / np.linalg.norm(x)
-  return np.asarray(g, np.float64) * _pairwise(lambda s, h: unit(s) @ unit(h), q, k)
-
-
-def _case(name, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D, dk=D):
-  """(function, args, reference) for one score on random inputs."""
+def function_case(spec, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D, dk=D,
+                  function=None) -> Case:
+  """The entry's pure function (or `function`, another form of it) against
+  its naive form, given every parameter it requires and each option that
+  `FUNCTION_PARAMS` knows."""
+  missing = [p for p in spec.function_params if p not in FUNCTION_PARAMS]
+  assert not missing, f"score {spec.name!r}: give FUNCTION_PARAMS values of {missing}"
+  names = tuple(p for p in spec.function_params + spec.function_options
+                if p in FUNCTION_PARAMS)
   q = _normal(rng, q_lead + (TQ, dq), dtype)  # [..., Tq, dq]
   k = _normal(rng, k_lead + (TK, dk), dtype)  # [..., Tk, dk]
-  if name == "dot":
-    return scores.dot, (q, k), ref_dot
-  if name == "scaled_dot":
-    return scores.scaled_dot, (q, k), ref_scaled_dot
-  if name == "general":
-    w = _normal(rng, (dq, dk), dtype) / math.sqrt(dq)
-    return scores.general, (q, k, w), ref_general
-  if name in ("additive", "additive_naive"):
-    w_q = _normal(rng, (dq, A), dtype) / math.sqrt(dq)
-    w_k = _normal(rng, (dk, A), dtype) / math.sqrt(dk)
-    v = _normal(rng, (A,), dtype)
-    return getattr(scores, name), (q, k, w_q, w_k, v), ref_additive
-  if name == "cosine":
-    beta = jnp.asarray(2.5, dtype)
-    return scores.cosine, (q, k, beta), ref_cosine
-  if name == "inverse_dim":
-    return scores.inverse_dim, (q, k), ref_inverse_dim
-  if name == "qk_norm":
-    g = jnp.asarray(scores.qk_norm_init(TK), dtype)
-    return scores.qk_norm, (q, k, g), ref_qk_norm
-  raise ValueError(name)
+  params = tuple(FUNCTION_PARAMS[p](rng, dq, dk, dtype) for p in names)
+  fn = function or spec.function
+  return Case(fn=lambda q, k, *p: fn(q, k, **dict(zip(names, p))), args=(q, k) + params,
+              reference=lambda q, k, *p: _f64(spec.naive(q, k, **dict(zip(names, p)))),
+              float32=_float32_scores(spec))
 
 
-ALL_SCORES = ("dot", "scaled_dot", "general", "additive", "additive_naive", "cosine",
-              "inverse_dim", "qk_norm")
-FLOAT32_PRODUCTS = ("dot", "scaled_dot", "general", "cosine", "inverse_dim", "qk_norm")
+def _numpy_module(module) -> dict:
+  """A module parameter as a form's reference takes it: the dict of its
+  parameters (`Form.reference`)."""
+  return jax.tree.map(_f64, nnx.to_pure_dict(nnx.state(module)))
+
+
+def form_case(spec, layer, rng, dtype=jnp.float32, q_lead=(B, H), k_lead=(B, H), dq=D,
+              dk=D) -> Case:
+  """The logits of the entry's `layer` form ('rnn'; 'mha', whose heads are
+  axis 1 of `q_lead`) against the form's NumPy reference, with the
+  parameters the form makes, in `dtype` (as a layer casts them). A projected
+  score's query and keys are projections of a = dq features."""
+  form = getattr(spec, layer)
+  assert form.reference is not None, f"score {spec.name!r}: its {layer} form has no reference"
+  dims = kinds.Dims(dq, dk, dq, max_length=L, heads=H if layer == "mha" else None,
+                    param_dtype=dtype)
+  made = form.make_params(dims, nnx.Rngs(int(rng.integers(2 ** 30))))
+  arrays = {n: p[...] for n, p in made.items() if isinstance(p, nnx.Variable)}
+  modules = {n: p for n, p in made.items() if not isinstance(p, nnx.Variable)}
+  numpy_modules = {n: _numpy_module(p) for n, p in modules.items()}
+  names = tuple(arrays)
+  q = _normal(rng, q_lead + (TQ, dq), dtype)  # [..., Tq, dq]
+  k = _normal(rng, k_lead + (TK, dk), dtype)  # [..., Tk, dk]
+  return Case(fn=lambda q, k, *p: form.logits(q, k, **dict(zip(names, p)), **modules),
+              args=(q, k) + tuple(arrays.values()),
+              reference=lambda q, k, *p: _f64(form.reference(
+                  q, k, **dict(zip(names, p)), **numpy_modules)),
+              float32=_float32_scores(spec))
+
+
+def _layers(spec) -> tuple[str, ...]:
+  """The entry's distinct layer forms: 'rnn', and 'mha' where it has its own."""
+  return ("rnn",) if spec.mha is spec.rnn else ("rnn", "mha")
+
+
+# Every score function of the registry, by id: `<score>:function` (the pure
+# function), `<score>:rnn` and `<score>:mha` (the logits of the layer forms);
+# and scores.additive_naive, the one-block form the chunked additive score is
+# checked with.
+CASES = {
+    **{f"{n}:function": (n, "function") for n, s in registry.SCORES.items() if s.function},
+    **{f"{n}:{layer}": (n, layer) for n, s in registry.SCORES.items() for layer in _layers(s)},
+    "additive_naive": ("additive", "additive_naive"),
+}
+# The cases whose leading axes are free (a multi-head form maps its per-head
+# parameters over axis 1).
+FREE_LEAD = [c for c, (_, kind) in CASES.items() if kind != "mha"]
+# Of those, the cases whose scores broadcast the leading axes of q and k: a
+# per-position score's depend on the keys only by their count.
+BROADCAST = [c for c in FREE_LEAD if not registry.get(CASES[c][0]).per_position]
+# The cases whose query and key sizes may differ: the entry does not compare
+# q and k directly, and the function gets them unprojected.
+UNEQUAL_SIZES = [c for c, (n, kind) in CASES.items() if not registry.get(n).same_dim and (
+    kind in ("function", "additive_naive") or (kind == "rnn" and not registry.get(n).projected))]
+
+
+def case(case_id: str, rng, **kw) -> Case:
+  name, kind = CASES[case_id]
+  spec = registry.get(name)
+  if kind == "function":
+    return function_case(spec, rng, **kw)
+  if kind == "additive_naive":
+    return function_case(spec, rng, function=scores.additive_naive, **kw)
+  return form_case(spec, kind, rng, **kw)
+
+
+def test_every_registered_score_has_its_cases():
+  named = {n for n, _ in CASES.values()}
+  assert named == set(registry.SCORES)
+  for name, spec in registry.SCORES.items():
+    assert (f"{name}:function" in CASES) == (spec.function is not None)
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16], ids=["f32", "bf16"])
-@pytest.mark.parametrize("name", ALL_SCORES)
-def test_score_matches_numpy_formula(name, dtype):
-  fn, args, ref = _case(name, np.random.default_rng(0), dtype)
-  out = fn(*args)
+@pytest.mark.parametrize("case_id", CASES)
+def test_score_matches_its_entrys_reference(case_id, dtype):
+  c = case(case_id, np.random.default_rng(0), dtype=dtype)
+  out = c.fn(*c.args)
   assert out.shape == (B, H, TQ, TK)
   # The dot-product family keeps half-precision products in float32.
-  assert out.dtype == (jnp.float32 if name in FLOAT32_PRODUCTS else dtype)
-  # The reference sees the same (bf16-rounded) inputs, in float64.
-  expected = ref(*[np.asarray(a, np.float64) for a in args])
-  np.testing.assert_allclose(np.asarray(out, np.float64), expected, **TOLERANCE[dtype])
+  assert out.dtype == (jnp.float32 if c.float32 else dtype)
+  np.testing.assert_allclose(_f64(out), c.expected(), **TOLERANCE[dtype])
 
 
-@pytest.mark.parametrize("name", ALL_SCORES)
-def test_leading_axes_broadcast(name):
+@pytest.mark.parametrize("case_id", BROADCAST)
+def test_leading_axes_broadcast(case_id):
   # q [2, 1, Tq, d] against k [3, Tk, d]: scores [2, 3, Tq, Tk].
-  fn, args, ref = _case(name, np.random.default_rng(1), q_lead=(2, 1), k_lead=(3,))
-  out = fn(*args)
+  c = case(case_id, np.random.default_rng(1), q_lead=(2, 1), k_lead=(3,))
+  out = c.fn(*c.args)
   assert out.shape == (2, 3, TQ, TK)
-  np.testing.assert_allclose(out, ref(*args), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out, c.expected(), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("name", ["general", "additive"])
-def test_parametric_scores_allow_dq_ne_dk(name):
-  fn, args, ref = _case(name, np.random.default_rng(2), dq=3, dk=7)
-  np.testing.assert_allclose(fn(*args), ref(*args), rtol=1e-5, atol=1e-5)
+@pytest.mark.parametrize("case_id", UNEQUAL_SIZES)
+def test_scores_that_do_not_compare_q_and_k_directly_allow_dq_ne_dk(case_id):
+  c = case(case_id, np.random.default_rng(2), dq=3, dk=7)
+  np.testing.assert_allclose(c.fn(*c.args), c.expected(), rtol=1e-5, atol=1e-5)
+
+
+# -- what particular functions promise ------------------------------------------
+
+
+# The entries' naive forms of the two scores whose particular promises follow.
+COSINE_NAIVE = registry.get("cosine").naive
+ADDITIVE_NAIVE = registry.get("additive").naive
 
 
 def test_scaled_dot_is_dot_over_sqrt_d():
@@ -172,7 +243,7 @@ def test_cosine_zero_vectors_score_zero_with_finite_gradients():
   out = scores.cosine(q, k, beta=3.0)
   assert np.all(np.asarray(out)[1] == 0.0)
   assert np.all(np.asarray(out)[:, 2] == 0.0)
-  np.testing.assert_allclose(out, ref_cosine(q, k, 3.0), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out, COSINE_NAIVE(q, k, 3.0), rtol=1e-5, atol=1e-5)
   grads = jax.jit(jax.grad(lambda q, k: jnp.sum(scores.cosine(q, k) ** 2),
                            argnums=(0, 1)))(q, k)
   for g in grads:
@@ -191,7 +262,7 @@ def test_cosine_is_scale_invariant_and_bounded_by_beta():
   out = scores.cosine(q, k, beta)
   np.testing.assert_allclose(scores.cosine(7.0 * q, 0.1 * k, beta), out, rtol=1e-5, atol=1e-5)
   assert np.all(np.abs(out) <= beta + 1e-6)
-  np.testing.assert_allclose(out, ref_cosine(q, k, beta), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(out, COSINE_NAIVE(q, k, beta), rtol=1e-5, atol=1e-5)
 
 
 # --- Additive: chunked path vs the one-tensor reference -----------------------
@@ -210,7 +281,7 @@ def test_additive_chunked_matches_naive_values_and_gradients(block_elements, q_l
   chunked = lambda *a: scores.additive(*a, block_elements=block_elements)
   np.testing.assert_allclose(chunked(*args), scores.additive_naive(*args),
                              rtol=1e-5, atol=1e-5)
-  np.testing.assert_allclose(chunked(*args), ref_additive(*args), rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(chunked(*args), ADDITIVE_NAIVE(*args), rtol=1e-5, atol=1e-5)
 
   cotangent = _normal(rng, np.broadcast_shapes(q_lead, k_lead) + (7, TK))
 
@@ -227,7 +298,7 @@ def test_additive_chunked_path_really_chunks():
   # With a tiny block the program must contain a loop over query chunks, and
   # with the default block (small problem) it must not.
   rng = np.random.default_rng(7)
-  args = _case("additive", rng)[1]
+  args = case("additive:function", rng).args
   small = jax.make_jaxpr(lambda *a: scores.additive(*a, block_elements=TK * A))(*args)
   default = jax.make_jaxpr(scores.additive)(*args)
   assert "scan" in str(small)
@@ -256,15 +327,17 @@ def test_additive_forward_backward_memory_is_chunked():
 # --- jit / vmap / grad for every score ----------------------------------------
 
 
-@pytest.mark.parametrize("name", ALL_SCORES)
-def test_jit_equals_eager(name):
-  fn, args, _ = _case(name, np.random.default_rng(8))
+@pytest.mark.parametrize("case_id", CASES)
+def test_jit_equals_eager(case_id):
+  c = case(case_id, np.random.default_rng(8))
+  fn, args = c.fn, c.args
   np.testing.assert_allclose(jax.jit(fn)(*args), fn(*args), rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ALL_SCORES)
-def test_vmap_equals_python_loop(name):
-  fn, args, _ = _case(name, np.random.default_rng(9))
+@pytest.mark.parametrize("case_id", FREE_LEAD)
+def test_vmap_equals_python_loop(case_id):
+  c = case(case_id, np.random.default_rng(9))
+  fn, args = c.fn, c.args
   # Map over the batch axis of q and k; weights / beta are shared.
   in_axes = (0, 0) + (None,) * (len(args) - 2)
   mapped = jax.vmap(fn, in_axes=in_axes)(*args)
@@ -272,9 +345,10 @@ def test_vmap_equals_python_loop(name):
   np.testing.assert_allclose(mapped, looped, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("name", ALL_SCORES)
-def test_grad_is_finite_and_matches_finite_differences(name):
-  fn, args, _ = _case(name, np.random.default_rng(10))
+@pytest.mark.parametrize("case_id", CASES)
+def test_grad_is_finite_and_matches_finite_differences(case_id):
+  c = case(case_id, np.random.default_rng(10))
+  fn, args = c.fn, c.args
   grads = jax.jit(jax.grad(lambda *a: jnp.sum(jnp.sin(fn(*a))), argnums=range(len(args))))(
       *args)
   for g, a in zip(grads, args):
@@ -283,7 +357,9 @@ def test_grad_is_finite_and_matches_finite_differences(name):
   # Directional derivative against a central difference, in float64 numpy terms.
   rng = np.random.default_rng(11)
   direction = [rng.normal(size=np.shape(a)).astype(np.float32) for a in args]
-  eps = 1e-2
+  # The central difference's own error grows as eps²: at 1e-2 it was 2.5% for
+  # general's per-head form (a W per head), at 3e-3 it is under 0.3% for every form.
+  eps = 3e-3
   plus = jax.jit(fn)(*[a + eps * u for a, u in zip(args, direction)])
   minus = jax.jit(fn)(*[a - eps * u for a, u in zip(args, direction)])
   numeric = float(jnp.sum(jnp.sin(plus)) - jnp.sum(jnp.sin(minus))) / (2 * eps)
@@ -294,7 +370,8 @@ def test_grad_is_finite_and_matches_finite_differences(name):
 # --- Bad input: ValueError / TypeError at trace time, naming the argument ------
 
 
-@pytest.mark.parametrize("fn", [scores.dot, scores.scaled_dot, scores.cosine])
+@pytest.mark.parametrize("fn", [s.function for s in registry.SCORES.values()
+                                if s.same_dim and s.function], ids=lambda f: f.__name__)
 def test_feature_size_mismatch(fn, raises_at_trace):
   q, k = np.zeros((2, 5, 3), np.float32), np.zeros((2, 6, 4), np.float32)
   raises_at_trace(fn, (q, k), ValueError, "`q`", "`k`", "(2, 5, 3)", "(2, 6, 4)")

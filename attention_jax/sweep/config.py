@@ -256,8 +256,11 @@ class ExperimentConfig:
                  if self.runs(arm, dim))
 
   def runs(self, arm: str, dim: int) -> bool:
-    """Whether the sweep trains `arm` at `dim`."""
-    return not (arm == "additive" and self.additive_max_dim and dim > self.additive_max_dim)
+    """Whether the sweep trains `arm` at `dim`: `additive_max_dim` caps the
+    scores with a per-pair block (`registry.Score.pair_block`: additive)."""
+    spec = registry.SCORES.get(arm)  # None: an arm without attention
+    capped = spec is not None and spec.pair_block and self.additive_max_dim
+    return not (capped and dim > self.additive_max_dim)
 
   def model_config(self, arm: Arm) -> run_config.ModelConfig:
     """The model config of `arm` in the family `model`, the family's own

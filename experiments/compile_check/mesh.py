@@ -193,6 +193,8 @@ def compile_mesh_case(case: MeshCase, target: compile_targets.Target, devices: S
 # depend on them (the scores differ by a scale or a norm of q and k).
 LR_GRID_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 LR_GRID_LAYER_NORMS = 2
+# The arm whose cells stand for every (layer norm, score) of a d_k.
+LR_GRID_ARM = "scaled_dot"
 
 PROGRAMS = ("gpu_members", "gpu_members_data", "gpu_data", "lr_grid", "lr_grid_data")
 
@@ -232,12 +234,12 @@ def gpu_sweep_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
                      f"got {program!r}.")
   return [train_step_mesh_case(program, arm.label, cfg, arm, scheme, members, data,
                                steps=cfg.steps, runs=GPU_MESH_ARMS_STOOD_FOR)
-          for arm in cfg.sweep() if arm.name == GPU_MESH_ARM]
+          for arm in cfg.replace(arms=(GPU_MESH_ARM,)).sweep()]
 
 
 def lr_grid_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
-  """The `transformer_lr` grid's step at each d_k (scaled_dot, standing for
-  every score and layer norm): `lr_grid` one program per (layer norm,
+  """The `transformer_lr` grid's step at each d_k (`LR_GRID_ARM`, standing
+  for every score and layer norm): `lr_grid` one program per (layer norm,
   score, d_k) whose 7 x 3 = 21 members are every learning rate
   (`--members=learning_rate=...`, the rate in the optimiser state) at every
   seed, split over all n devices: padded (`pad_grid`) to 3 seeds x 8 rates
@@ -249,7 +251,7 @@ def lr_grid_mesh_cases(program: str, num_devices: int) -> list[MeshCase]:
   experiments.add_study_presets()  # `transformer_lr` is the threshold study's
   base = config_lib.from_preset("transformer_lr")
   scores = len(base.arms)
-  cells = [arm for arm in base.sweep() if arm.name == "scaled_dot"]
+  cells = base.replace(arms=(LR_GRID_ARM,)).sweep()
   wanted = len(LR_GRID_RATES) * base.seeds
   if program == "lr_grid":
     seeds, rates = pad_grid(base.seeds, len(LR_GRID_RATES), num_devices)

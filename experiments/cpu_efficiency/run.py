@@ -126,9 +126,12 @@ def rnn_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
   forwards. The additive score's `v · tanh(...)` is the one exception that
   comes out the same: its backward pass has one product (dv; the gradient of
   the tanh layer is an outer product, elementwise) and the forward product is
-  recomputed there (`jax.checkpoint`). Only the projected scores (additive,
-  multiplicative, scaled_multiplicative) are counted; others raise a ValueError.
+  recomputed there (`jax.checkpoint`). Only the projected scores
+  (`registry.Score.projected`: the key and query projections above, then one
+  product of a per (query, key) pair; a scale or norm besides is elementwise)
+  are counted; others raise a ValueError.
   """
+  from attention_jax import registry  # pylint: disable=g-import-not-at-top
   c = config
   b, s, t, h = batch, src_len, tgt_len, config.hidden_dim
   gates = 3 if c.cell == "gru" else 4
@@ -144,7 +147,7 @@ def rnn_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
     parts = 2 if c.cell == "lstm" else 1
     fwd += 2 * b * (c.encoder_layers * directions * parts * h) * (c.decoder_layers * parts * h)
   if c.has_attention:
-    if c.score not in ("additive", "multiplicative", "scaled_multiplicative"):
+    if not registry.get(c.score).projected:
       raise ValueError(f"no hand count for score {c.score!r}: only the projected scores.")
     a, de = c.attention_dim, c.encoder_dim
     fwd += 2 * b * s * de * a + 2 * b * t * h * a + 2 * b * t * s * a + 2 * b * t * s * de
@@ -152,14 +155,6 @@ def rnn_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
       fwd += 2 * b * t * (h + de) * h
   fwd += 2 * b * t * h * c.vocab_size
   return 3 * fwd
-
-
-# The multi-head scores whose logits are one product q·kᵀ per head of the
-# projected query and keys, scaled or normalised elementwise: the hand count
-# of a Transformer covers these. `general` and `additive` add per-head
-# matrices (and `additive` chunks its tanh block), `location` is no q·kᵀ.
-ONE_PRODUCT_SCORES = ("dot", "scaled_dot", "inverse_dim", "qk_norm", "cosine",
-                      "multiplicative", "scaled_multiplicative")
 
 
 def transformer_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> float:
@@ -187,12 +182,17 @@ def transformer_matmul_flops(config, batch: int, src_len: int, tgt_len: int) -> 
 
   Covers the plain attention kernel (every key axis under
   `attention._BLOCKWISE_MIN_KEYS`, as the presets' batches are) with the
-  scores of `ONE_PRODUCT_SCORES` and no dropout on the attention weights
-  (which recomputes the weighted sum); a ValueError names what it does not.
+  scores whose logits are one product q·kᵀ per head of the projected query
+  and keys (`registry.Score.one_product`: scaled or normalised elementwise;
+  `general` and `additive` add per-head matrices, `location` is no q·kᵀ)
+  and no dropout on the attention weights (which recomputes the weighted
+  sum); a ValueError names what it does not.
   """
+  from attention_jax import registry  # pylint: disable=g-import-not-at-top
   c = config
-  if c.score not in ONE_PRODUCT_SCORES:
-    raise ValueError(f"no hand count for score {c.score!r}: only {ONE_PRODUCT_SCORES}.")
+  if not registry.get(c.score).one_product:
+    covered = tuple(n for n, s in registry.SCORES.items() if s.one_product)
+    raise ValueError(f"no hand count for score {c.score!r}: only {covered}.")
   if c.attention_dropout:
     raise ValueError(f"no hand count with attention_dropout {c.attention_dropout}: the "
                      "dropped-out weights' context is a product of its own.")

@@ -259,10 +259,10 @@ def measure(settings: Settings, data, *, log: Callable[[str], None] = print
   for model_name in settings.models:
     for score in settings.scores(model_name):
       for dim in settings.dims:
-        if score == "additive":
+        if registry.get(score).pair_block:  # a block per (query, key) pair: additive
           need = additive_block_bytes(settings, model_name, dim, length)
           if need > settings.max_block_gb * 2 ** 30:
-            skipped.append(f"{model_name} additive d={dim}: its tanh block needs about "
+            skipped.append(f"{model_name} {score} d={dim}: its tanh block needs about "
                            f"{need / 2 ** 30:.1f} GB > --max_block_gb={settings.max_block_gb}")
             log("skipped " + skipped[-1])
             continue

@@ -23,6 +23,7 @@ import numpy as np
 import attention_jax as aj
 from attention_jax.measure import benchmarking as bm
 from attention_jax import masks
+from attention_jax import registry
 from experiments.kernels.settings import LIBRARY_SCORES
 
 # The library's two CPU code paths of scaled_dot, timed as impls of their own.
@@ -91,8 +92,9 @@ def build_kernel(impl: str, case: Case, params, library_implementation: str) -> 
   if impl in LIBRARY_SCORES or impl in _LIBRARY_PATHS:
     score = score_of(impl)
     implementation = _LIBRARY_PATHS.get(impl, library_implementation)
-    if implementation in ("xla", "cudnn") and score not in ("dot", "scaled_dot"):
-      raise Skip(f"implementation={implementation!r} supports dot-product scores only")
+    if implementation in ("xla", "cudnn") and not registry.get(score).fusable:
+      raise Skip(f"implementation={implementation!r} supports the scores the fused kernels "
+                 "compute only")
     # The causal mask goes by its structure, as the library's callers pass it:
     # cuDNN applies it inside its fused kernel (a dense mask would keep `auto`
     # on XLA's unfused one); the other paths build the same [T, T] mask.

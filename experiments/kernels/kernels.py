@@ -22,6 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from attention_jax import registry
 from attention_jax.measure import benchmarking as bm
 from experiments.kernels import kernel_impls
 from experiments.kernels import resume
@@ -127,7 +128,10 @@ def _checked(impl: str, case: Case, settings: Settings, inputs, params, referenc
              limit: int) -> tuple[dict[str, Any], Callable[[], Any] | None, float]:
   """`prepare_kernel` for `impl` at `case` after every check that can refuse it:
   `(fields, call or None, first call seconds)`; without a call, fields say why."""
-  if impl == "additive" and case.seq_len > settings.additive_max_len:
+  # `--additive_max_len` caps the scores with a per-pair block (additive's
+  # [B, H, T, T, a] tanh block, whose work grows fastest).
+  pair_block = registry.get(kernel_impls.score_of(impl)).pair_block
+  if pair_block and case.seq_len > settings.additive_max_len:
     return ({"status": "skipped",
              "reason": f"T > --additive_max_len={settings.additive_max_len}"}, None, 0.0)
   try:

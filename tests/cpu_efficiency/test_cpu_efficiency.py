@@ -30,6 +30,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
     dict(score="scaled_multiplicative", decoder="bahdanau", bidirectional=False,
          encoder_layers=2),
     dict(score="additive", input_feeding="attentional", dropout=0.0),
+    # every projected score is counted: a scale or norm of the projections is elementwise
+    dict(score="inverse_dim"),
+    dict(score="qk_norm", max_source_length=7),
 ])
 def test_hand_count_equals_the_jaxpr_count_of_the_training_step(kw):
   c = models.Seq2SeqConfig(vocab_size=50, embed_dim=16, hidden_dim=12, attention_dim=20, **kw)
