@@ -27,7 +27,6 @@ import dataclasses
 import functools
 import math
 import os
-import platform
 import statistics
 import time
 from typing import Any, Callable, Mapping, Sequence
@@ -38,6 +37,7 @@ import numpy as np
 
 from attention_jax import _validate
 from attention_jax.attention import compute_scores
+from attention_jax.measure import provenance
 from attention_jax import registry
 
 __all__ = [
@@ -45,7 +45,7 @@ __all__ = [
     "time_interleaved", "CpuSnapshot", "cpu_snapshot",
     "other_cpu_load", "memory_stats", "peak_device_memory",
     "naive_attention", "naive_scores", "naive_comparison", "KernelMismatchError", "max_error",
-    "verify_close", "default_tolerance", "machine_description", "cpu_model",
+    "verify_close", "default_tolerance", "machine_description",
     "PEAK_SHAPES", "matmul_rates",
 ]
 
@@ -433,32 +433,8 @@ def verify_close(candidate, reference, *, rtol: float, name: str = "kernel") -> 
   return err
 
 
-def cpu_model(cpuinfo: str) -> str | None:
-  """The first `model name` of a /proc/cpuinfo text, else None."""
-  for line in cpuinfo.splitlines():
-    key, sep, value = line.partition(":")
-    if sep and key.strip() == "model name" and value.strip():
-      return value.strip()
-  return None
-
-
-def read_cpuinfo() -> str:
-  """/proc/cpuinfo's text; "" where there is none (not Linux)."""
-  try:
-    with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-      return f.read()
-  except OSError:
-    return ""
-
-
 def machine_description() -> dict[str, Any]:
-  """Platform, device kind, CPU model and usable core count, JAX version."""
-  cpu = cpu_model(read_cpuinfo()) or platform.processor() or platform.machine()
-  device = jax.devices()[0]
-  try:
-    cores = len(os.sched_getaffinity(0))
-  except AttributeError:  # not Linux
-    cores = os.cpu_count()
-  return {"platform": device.platform, "device_kind": device.device_kind,
-          "device_count": jax.device_count(), "cpu": cpu, "cpu_cores": cores,
-          "jax_version": jax.__version__}
+  """The machine this process runs on: platform, JAX's device kind, device
+  count, CPU model, usable cores and JAX version (`provenance.machine`, from
+  the process's one provenance record)."""
+  return provenance.machine()

@@ -16,9 +16,7 @@ XLA's memory analysis and whether it fits, the loop-aware FLOPs and bytes
 from __future__ import annotations
 
 import contextlib
-import datetime
 import importlib
-import os
 import time
 import dataclasses
 from typing import Any, Callable
@@ -29,13 +27,9 @@ from attention_jax.measure import compile_targets
 from attention_jax.measure import hlo
 from attention_jax.measure import provenance as provenance_lib
 
-# The repository this file is in (its commit is recorded in every row).
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-# Everything that shapes the compiled programs.
-DISTRIBUTIONS = ("jax", "jaxlib", "libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt",
-                 "nvidia-cudnn-cu13", "flax", "optax")
+# What shapes the compiled programs beyond the distributions every row
+# records (`provenance.DISTRIBUTIONS`): the TPU and CUDA compilers.
+DISTRIBUTIONS = ("libtpu", "jax-cuda13-plugin", "jax-cuda13-pjrt", "nvidia-cudnn-cu13")
 
 
 @dataclasses.dataclass
@@ -50,21 +44,8 @@ class Case:
   attention_flops: float | None = None  # the benchmark's FLOP count of the case
 
 
-def versions() -> dict[str, str | None]:
-  """Python's and the installed versions of `DISTRIBUTIONS` (None: not installed)."""
-  return provenance_lib.versions(DISTRIBUTIONS)
-
-
-def git_commit() -> str | None:
-  """HEAD of the checkout this file is in, '+dirty' when tracked files differ from it."""
-  head, dirty = provenance_lib.git_state(_ROOT)
-  if head is None:
-    return None
-  return head + ("+dirty" if dirty else "")
-
-
 def _cudnn_version() -> tuple[int, int]:
-  v = versions().get("nvidia-cudnn-cu13")
+  v = provenance_lib.versions(["nvidia-cudnn-cu13"])["nvidia-cudnn-cu13"]
   if not v:
     return (9, 12)
   major, minor = v.split(".")[:2]
@@ -242,12 +223,10 @@ def analyse(compiled, target: compile_targets.Target, pallas: dict | None = None
   return row
 
 
-def row_provenance(command: str) -> dict:
-  """What every row records of how it was made: versions, commit, command,
-  date, and the host that compiled it (its CPU model; `device_kind` is the
-  target's), which the compile times depend on."""
-  from attention_jax.measure import benchmarking  # pylint: disable=g-import-not-at-top
-  return {"versions": versions(), "commit": git_commit(), "command": command,
-          "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-          "host_cpu": benchmarking.cpu_model(benchmarking.read_cpuinfo())}
+def row_provenance(command: str | None = None) -> dict:
+  """The provenance every compiled row records under `provenance.KEY`: the one
+  record (`provenance.fields`) with the compilers' versions too and the
+  driver's `command`. Its machine is the host that compiled (the compile
+  times depend on its CPU); the row's own `device_kind` is the target's."""
+  return provenance_lib.fields(DISTRIBUTIONS, command=command)
 

@@ -108,7 +108,8 @@ MEASURED.update({(case, "default", commit): f"{ms} ms (H200, 5864ad7; results/gp
 
 def measured(row: dict) -> str:
   """The H200 measurement of the program `row` compiled, or ''."""
-  return MEASURED.get((row["case"], row["variant"], str(row.get("commit", ""))[:7]), "")
+  from attention_jax.measure import provenance  # pylint: disable=g-import-not-at-top
+  return MEASURED.get((row["case"], row["variant"], provenance.of(row)["commit"][:7]), "")
 
 
 def table(rows: list[dict]) -> str:
@@ -169,7 +170,7 @@ def run(variant: str, out: str, names: list[str], command: str) -> list[dict]:
     row.update(variant=variant, xla_flags=VARIANTS[variant], launches=count["launches"],
                thunk_kernels=count["kernels"], command_buffers=count["command_buffers"],
                host_iterations=count["host_iterations"],
-               captured_iterations=count["captured_iterations"], **provenance)
+               captured_iterations=count["captured_iterations"], provenance=provenance)
     row["predicted_launch_s"] = predicted_launch_seconds(
         row, target.kernel_overhead_s, target.iteration_overhead_s)
     print(f"[{case.case}] {variant}: {row['kernels']} HLO kernels, {row['launches']} launches, "

@@ -58,8 +58,9 @@ Per program a row (`compile_device.compile_case`): compiled or the error;
 argument / output / alias / temporary bytes from XLA's memory analysis and
 whether they fit the target's memory; FLOPs and bytes accessed; a predicted
 time; whether the cuDNN flash-attention call is in the compiled program.
-Written to `<out>/<target>.jsonl` (each row with the versions, the commit and
-the command) and `<out>/<target>.md` (`compile_tables`).
+Written to `<out>/<target>.jsonl` (each row with its provenance: the commit,
+the versions, the compiling host and the command, `compile_device.row_provenance`)
+and `<out>/<target>.md` (`compile_tables`).
 
 How the time is predicted: XLA's cost analysis counts a loop body once, so
 every loop body is analysed on its own and multiplied by its trip count
@@ -264,6 +265,7 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
   (rewritten after each case, so a killed run keeps what it compiled)."""
   # pylint: disable=g-import-not-at-top
   from attention_jax.measure import compile_device
+  from attention_jax.measure import provenance as provenance_lib
   from experiments.compile_check import mesh as compile_mesh
   from experiments.compile_check import tables as compile_tables
   # pylint: enable=g-import-not-at-top
@@ -285,7 +287,7 @@ def run(options: Options, command: str, log: Callable[[str], None] = print) -> l
     compiled = (compile_mesh.compile_mesh_case(case, target, devices)
                 if isinstance(case, compile_mesh.MeshCase)
                 else compile_device.compile_case(case, target, devices[0]))
-    row = {**compiled, **provenance}
+    row = {**compiled, provenance_lib.KEY: provenance}
     rows.append(row)
     log(f"[{row['case']}] {row['status']} in {row['compile_s']} s"
         + (f": total {compile_tables.format_gb(row.get('total_bytes'))} GB, predicted "

@@ -14,6 +14,7 @@ import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from attention_jax.measure import compile_targets
+from attention_jax.measure import provenance as provenance_lib
 
 
 def format_gb(n) -> str:
@@ -272,22 +273,25 @@ def provenance(rows: Sequence[Mapping[str, Any]]) -> str:
   later (`--resume`) at another commit are not credited to the first's."""
   groups: dict[tuple, list[Mapping[str, Any]]] = {}
   for r in rows:
-    key = (r.get("commit"), r.get("command"), json.dumps(r.get("versions"), sort_keys=True))
-    groups.setdefault(key, []).append(r)
+    # Its provenance: under `provenance`, or at the top level of the older rows.
+    made = {**provenance_lib.of(r), "program": r["program"]}
+    key = (provenance_lib.commit_label(made), made["command"],
+           json.dumps(made["versions"], sort_keys=True))
+    groups.setdefault(key, []).append(made)
   if len(groups) == 1:
-    first = rows[0]
-    return (f"Compiled on a CPU-only host with {json.dumps(first.get('versions'))}, "
-            f"commit {first.get('commit')}, {first.get('date')}: "
-            f"`{first.get('command')}`.\n")
+    (commit, command, _), (first, *_) = next(iter(groups.items()))
+    return (f"Compiled on a CPU-only host with {json.dumps(first['versions'])}, "
+            f"commit {commit}, {first['date']}: `{command}`.\n")
   versions = {key[2] for key in groups}
   lines = ["Compiled on a CPU-only host"
-           + (f" with {json.dumps(rows[0].get('versions'))}" if len(versions) == 1 else "")
+           + (f" with {json.dumps(next(iter(groups.values()))[0]['versions'])}"
+              if len(versions) == 1 else "")
            + ", in parts:"]
   for (commit, command, _), chosen in groups.items():
     programs = ", ".join(f"`{p}`" for p in dict.fromkeys(r["program"] for r in chosen))
-    extra = "" if len(versions) == 1 else f" with {json.dumps(chosen[0].get('versions'))}"
+    extra = "" if len(versions) == 1 else f" with {json.dumps(chosen[0]['versions'])}"
     lines.append(f"- {programs} ({len(chosen)} row(s)): commit {commit}, "
-                 f"{chosen[0].get('date')}{extra}: `{command}`")
+                 f"{chosen[0]['date']}{extra}: `{command}`")
   return "\n".join(lines) + "\n"
 
 

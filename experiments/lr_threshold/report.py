@@ -164,6 +164,21 @@ def write_problem(error: OSError, out: str, moved: int = 0) -> str:
   return f"--out: cannot write the report into {out!r}: {error.strerror or error}{where}; {kept}."
 
 
+def analysed_at(root: str) -> dict:
+  """The provenance of this analysis (`provenance.fields`), with the commit
+  and dirty state of the checkout `root` read now: before the report replaces
+  its own files, since read after, a report kept in the tree (results/...)
+  would call itself dirty (outside a checkout, the process's own record's).
+  Its command is left out (null): it names the workdirs as given, folders
+  of this machine, which the report names relative to --out (`inputs`)."""
+  from attention_jax.measure import provenance  # pylint: disable=g-import-not-at-top
+  made = {**provenance.fields(), "command": None}
+  commit, dirty = provenance.git_state(root)
+  if commit is not None:
+    made.update(commit=commit, dirty=dirty)
+  return made
+
+
 def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
   """The report of `analysis` (read from the workdirs `inputs`) into `out`;
   the names written. Its files (text, numbers, figures) are written into a
@@ -176,16 +191,13 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
   from experiments.lr_threshold import tables as threshold_tables  # pylint: disable=g-import-not-at-top
   from attention_jax import files  # pylint: disable=g-import-not-at-top
   from attention_jax.training import interrupts  # pylint: disable=g-import-not-at-top
-  from attention_jax.measure import provenance  # pylint: disable=g-import-not-at-top
-  # The checkout as it is before this report replaces its own files: read
-  # after, a report kept in the tree (results/...) would call itself dirty.
-  commit, dirty = provenance.git_state(ROOT)
+  made = analysed_at(ROOT)  # before this report replaces its own files
   stage = files.Staging(out, log=log)
   try:
     with stage:
       files.atomic_write(os.path.join(stage.path, MARKDOWN), threshold_tables.markdown(analysis))
       value = {"inputs": {name: os.path.relpath(path, out) for name, path in inputs.items()},
-               "analysed_at": {"commit": commit, "dirty": dirty}, **th.as_json(analysis)}
+               "analysed_at": made, **th.as_json(analysis)}
       files.atomic_write(os.path.join(stage.path, JSON), files.to_json(value, indent=1))
       names = [MARKDOWN, JSON] + threshold_plots.plot_all(analysis, stage.path)
       interrupts.check()  # asked to stop while they were written: the old report stays

@@ -112,10 +112,12 @@ def write_run(path, cfg, lrs, score, dim, lr, losses, *, until=None, finished=Tr
 def known_provenance():
   """Result rows stamped with a fixed provenance whose command names an
   absolute folder (which the outputs must not repeat)."""
-  fixed = provenance.record(commit="c0ffee", dirty=False, versions={"jax": "9.9"},
-                            platform="cpu", device_kind="Test CPU",
+  fixed = provenance.record(commit="c0ffee", dirty=False,
+                            versions={"python": "3.11.7", "jax": "9.9"}, platform="cpu",
+                            device_kind="Test CPU", device_count=1, cpu="Test CPU",
+                            cpu_cores=2,
                             command="python -m experiments.ablation --workdir=/abs/secret",
-                            xla_flags="")
+                            xla_flags="", date="2026-11-30T00:00:00Z")
   saved = provenance._cached
   provenance._cached = lambda: fixed
   yield fixed
@@ -447,7 +449,8 @@ def test_the_driver_writes_every_output_without_machine_paths(main_grid, tmp_pat
   assert laws["dot"]["bracket"] == pytest.approx([math.log(3e-2) / math.log(16),
                                                   math.log(1 / 3) / math.log(16)])
   assert laws["dot"]["verdict"] == th.UNRESOLVED and laws["dot"]["band"] is None
-  assert value["provenance"] == [{"commit": "c0ffee", "dirty": False, "versions": {"jax": "9.9"},
+  assert value["provenance"] == [{"commit": "c0ffee", "dirty": False,
+                                  "versions": {"python": "3.11.7", "jax": "9.9"},
                                   "platform": "cpu", "device_kind": "Test CPU", "xla_flags": "",
                                   "rows": len(value["records"])}]
   assert len(value["cells"]) == 36 and value["missing"] == []
@@ -471,7 +474,9 @@ def test_a_report_kept_in_a_clean_checkout_is_not_called_dirty(main_grid, tmp_pa
   analysis, inputs = threshold_report.read(str(main_grid), "")
   threshold_report.write(analysis, inputs, str(out))
   value = json.loads((out / "lr_threshold.json").read_text())
-  assert value["analysed_at"] == {"commit": git("rev-parse", "HEAD"), "dirty": False}
+  made = value["analysed_at"]  # the analysis's provenance, in the one schema
+  assert (made["commit"], made["dirty"]) == (git("rev-parse", "HEAD"), False)
+  assert provenance.problems(made) == []
 
 
 @pytest.mark.parametrize("args, named", [

@@ -9,7 +9,6 @@ import subprocess
 import jax
 import pytest
 
-from attention_jax.measure import benchmarking
 from attention_jax.analysis import reports
 from attention_jax.analysis import tables
 from attention_jax.sweep import config
@@ -19,7 +18,8 @@ from attention_jax import files
 from attention_jax.measure import provenance
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-FIELDS = {"commit", "dirty", "versions", "platform", "device_kind", "command", "xla_flags"}
+FIELDS = {"commit", "dirty", "versions", "platform", "device_kind", "device_count", "cpu",
+          "cpu_cores", "command", "xla_flags", "date"}
 
 INTEL = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -44,7 +44,7 @@ def test_record_has_every_field_and_unknown_commit():
                                        (AMD, "AMD EPYC 7B13"), ("", None),
                                        ("processor : 0\nmodel name :\n", None)])
 def test_cpu_model_is_the_first_model_name(text, want):
-  assert benchmarking.cpu_model(text) == want  # what provenance records on CPU
+  assert provenance.cpu_model(text) == want  # what provenance records on CPU
 
 
 def test_device_name_is_the_cpu_model_on_cpu_only():
