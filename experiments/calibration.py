@@ -56,6 +56,7 @@ from typing import Any, Callable
 from absl import app
 from absl import flags
 
+from attention_jax.analysis import tables
 from attention_jax.measure import benchmarking
 from experiments import common
 
@@ -299,14 +300,14 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
 
 def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -> str:
   """calibration.md: the measurements and the plan."""
+  header = ["cell", "build s", "batch search s", "first step s", "step ms",
+            "validation s (first)", "test batch s (first)"]
+  rows = [[f"{t.arm}:{t.dim}", f"{t.build_s:.1f}", f"{t.batch_search_s:.1f}",
+           f"{t.first_step_s:.1f}", f"{1000 * t.step_s:.1f}",
+           f"{t.validation_s:.1f} ({t.first_validation_s:.1f})",
+           f"{t.test_batch_s:.2f} ({t.first_test_batch_s:.1f})"] for t in measured]
   lines = [f"# Sweep calibration\n\n{settings}\n",
-           "| cell | build s | batch search s | first step s | step ms | validation s (first) | "
-           "test batch s (first) |", "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
-  for t in measured:
-    lines.append(f"| {t.arm}:{t.dim} | {t.build_s:.1f} | {t.batch_search_s:.1f} | "
-                 f"{t.first_step_s:.1f} | "
-                 f"{1000 * t.step_s:.1f} | {t.validation_s:.1f} ({t.first_validation_s:.1f}) "
-                 f"| {t.test_batch_s:.2f} ({t.first_test_batch_s:.1f}) |")
+           tables.markdown(header, rows, align=[None] + ["r"] * 6, padded=True).rstrip("\n")]
   verdict = "fits" if result["fits"] else "does NOT fit: fewer steps than --min_steps"
   lines.append(
       f"\nPlan ({verdict}): {result['cells']} cells (dims {result['dims']}) in "
@@ -319,11 +320,11 @@ def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -
 
 def steps_markdown(measured: list[CellTimes], settings: str) -> str:
   """calibration_steps.md: each cell's first step (compiling) and median step."""
-  lines = [f"# Training steps of the sweep's cells\n\n{settings}\n",
-           "| cell | build s | first step s | step ms |", "| --- | ---: | ---: | ---: |"]
-  lines += [f"| {t.arm}:{t.dim} | {t.build_s:.1f} | {t.first_step_s:.1f} | "
-            f"{1000 * t.step_s:.1f} |" for t in measured]
-  return "\n".join(lines) + "\n"
+  rows = [[f"{t.arm}:{t.dim}", f"{t.build_s:.1f}", f"{t.first_step_s:.1f}",
+           f"{1000 * t.step_s:.1f}"] for t in measured]
+  return (f"# Training steps of the sweep's cells\n\n{settings}\n\n"
+          + tables.markdown(["cell", "build s", "first step s", "step ms"], rows,
+                            align=[None, "r", "r", "r"], padded=True))
 
 
 def accelerator_note(backend: str) -> str | None:

@@ -99,12 +99,13 @@ def compare(reference: list[dict], other: list[dict],
             paired: dict[tuple[str, int], dict] | None = None) -> tuple[list[dict], str]:
   """Each cell's comparison (a dict per cell) and the Markdown table.
   `paired`: the seed-paired tests per cell where both kept their outputs."""
+  from attention_jax.analysis import tables  # pylint: disable=g-import-not-at-top
   ours, theirs = cells(reference), cells(other)
   records = []
   header = ["arm", "dim", "reference seeds", "reference mean ± std", "other seeds",
             "other mean", "other − reference", "inside the reference's range",
             "seed-paired tests (p per pair)"]
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+  lines = []
   for key in sorted(set(ours) | set(theirs)):
     a, b = ours.get(key, {}), theirs.get(key, {})
     known_a = [v for v in a.values() if v is not None]
@@ -121,14 +122,14 @@ def compare(reference: list[dict], other: list[dict],
     cell = lambda name, fmt: "–" if name not in record else fmt(record[name])
     tests = "–" if not test else ", ".join(
         f"{d:+.2f} (p {p:.3f})" for d, p in zip(test["deltas"], test["p"]))
-    lines.append("| " + " | ".join([
+    lines.append([
         key[0], str(key[1]), _seeds(a) or "–",
         "–" if "reference_mean" not in record else
         f"{record['reference_mean']:.2f} ± {record['reference_std']:.2f}",
         _seeds(b) or "–", cell("other_mean", lambda x: f"{x:.2f}"),
         cell("delta", lambda x: f"{x:+.2f}"), cell("inside", lambda x: "yes" if x else "no"),
-        tests]) + " |")
-  return records, "\n".join(lines) + "\n"
+        tests])
+  return records, tables.markdown(header, lines)
 
 
 def paired_tests(reference: str, other: str, keys, trials: int) -> dict:

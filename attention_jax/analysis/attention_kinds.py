@@ -86,11 +86,7 @@ def markdown(runs: dict[tuple[str, int], History]) -> str:
   if not runs:
     raise ValueError("`runs` holds no run with diagnostics.")
   first = min(min(steps) for steps in runs.values())
-  lines = [f"Largest attention logit per kind (the largest over its layers; mean over seeds) "
-           f"at step {first} and at the last step; in brackets the share of saturated rows "
-           f"(largest weight > 0.99) at the last step.\n",
-           "| arm | d_k | last step | " + " | ".join(KINDS) + " |",
-           "|---|---|---|" + "---|" * len(KINDS)]
+  growth, saturation = [], []
   for (arm, dim), steps in runs.items():
     last = max(steps)
     cells = []
@@ -99,19 +95,20 @@ def markdown(runs: dict[tuple[str, int], History]) -> str:
       end = _mean([_kind_value(r, "max_logit", kind) for r in steps[last]])
       sat = _mean([_kind_value(r, "saturated", kind) for r in steps[last]])
       cells.append(f"{early:.1f} → {end:.1f} ({100 * sat:.0f}%)")
-    lines.append(f"| `{arm}` | {dim} | {last} | " + " | ".join(cells) + " |")
-  lines += [f"\nFirst diagnostics step at which a kind has ≥ {HALF:.0%} of its rows saturated "
-            "in some layer (every seed), or – if never.\n",
-            "| arm | d_k | " + " | ".join(KINDS) + " |",
-            "|---|---|" + "---|" * len(KINDS)]
-  for (arm, dim), steps in runs.items():
+    growth.append([f"`{arm}`", dim, last, *cells])
     cells = []
     for kind in KINDS:
       hit = [s for s in sorted(steps)
              if all(_kind_value(r, "saturated", kind) >= HALF for r in steps[s])]
       cells.append(str(hit[0]) if hit else "–")
-    lines.append(f"| `{arm}` | {dim} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+    saturation.append([f"`{arm}`", dim, *cells])
+  return (f"Largest attention logit per kind (the largest over its layers; mean over seeds) "
+          f"at step {first} and at the last step; in brackets the share of saturated rows "
+          f"(largest weight > 0.99) at the last step.\n\n"
+          + tables.markdown(["arm", "d_k", "last step", *KINDS], growth)
+          + f"\nFirst diagnostics step at which a kind has ≥ {HALF:.0%} of its rows saturated "
+          "in some layer (every seed), or – if never.\n\n"
+          + tables.markdown(["arm", "d_k", *KINDS], saturation))
 
 
 def grid_markdown(points: dict[str, dict[tuple[str, int], History]]) -> str:

@@ -1,8 +1,13 @@
-"""The Markdown tables of results, and the per-kind values they show.
+"""The Markdown tables of results, the per-kind values they show, and the
+one writer of every Markdown table in the codebase (`markdown`).
 
 Every function here reads finished results (dicts as written to
 `results.jsonl`) and returns text; none of them trains anything. The
-figures of the same results are `plots`.
+figures of the same results are `plots`. Every Markdown table of the
+reports, here and under `experiments/`, is written through `markdown`, so
+that header, separator, alignment and cell spacing are decided in one
+place (the measuring tools below `analysis`, which may not import it, keep
+their profile table).
 """
 
 from __future__ import annotations
@@ -11,6 +16,67 @@ import collections
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
+
+# The separator cell of each column alignment: None (no mark: the
+# renderer's default, left), "l" left, "r" right, "c" centred.
+_RULES = {None: "---", "l": ":---", "r": "---:", "c": ":---:"}
+
+
+def _line(cells: Sequence[str], blanks: int = 0) -> str:
+  """One table line: each cell between pipes with a space either side (an
+  empty string gives `|  |`), then `blanks` blank cells, `| |`."""
+  return "|" + "|".join([f" {cell} " for cell in cells] + [" "] * blanks) + "|"
+
+
+def _separator(align: Sequence[str | None], padded: bool) -> str:
+  """The line between header and rows: `|---|---:|`, or with `padded`
+  `| --- | ---: |`."""
+  rules = [_RULES[a] for a in align]
+  return "| " + " | ".join(rules) + " |" if padded else "|" + "".join(r + "|" for r in rules)
+
+
+def _check(header: list[str], rows: list[list[str]], align: list[str | None]) -> None:
+  """Refuses a table that would not render as written: no column, an
+  alignment per column missing or unknown, a row wider than the header."""
+  if not header:
+    raise ValueError("a Markdown table needs at least one column.")
+  if len(align) != len(header):
+    raise ValueError(f"`align` has {len(align)} entries for {len(header)} columns.")
+  unknown = [a for a in align if a not in _RULES]
+  if unknown:
+    raise ValueError(f"unknown alignment {unknown[0]!r}; use None, 'l', 'r' or 'c'.")
+  wider = [row for row in rows if len(row) > len(header)]
+  if wider:
+    raise ValueError(f"a row of {len(wider[0])} cells in a table of {len(header)} columns: "
+                     f"{wider[0]}")
+
+
+def markdown(header: Sequence[object] | None, rows: Iterable[Sequence[object]],
+             align: Sequence[str | None] | None = None, padded: bool = False,
+             fill: bool = False) -> str:
+  """A Markdown table: the header line, the separator and a line per row,
+  each line ending in a newline.
+
+  `header` holds the column titles and each row its cells, already
+  formatted (each written as `str(cell)`, so an int needs no formatting).
+  `align`: per column None (no mark, `---`), "l" (`:---`), "r" (`---:`) or
+  "c" (`:---:`), or a string such as "lrr" where every column has a mark;
+  None leaves every column unmarked. `padded` writes the separator with
+  spaces, `| --- | ---: |`, as the calibration reports do; the others write
+  `|---|---:|`. A row shorter than the header is written as it is, or with
+  `fill` ends in blank cells, `| |` (an error row that has no values); one
+  wider than the header is refused. A `header` of None writes the rows
+  alone, to continue a table printed a row at a time.
+  """
+  rows = [[str(cell) for cell in row] for row in rows]
+  if header is None:
+    return "".join(_line(row) + "\n" for row in rows)
+  header = [str(title) for title in header]
+  align = [None] * len(header) if align is None else list(align)
+  _check(header, rows, align)
+  lines = [_line(header), _separator(align, padded)]
+  lines += [_line(row, len(header) - len(row) if fill else 0) for row in rows]
+  return "\n".join(lines) + "\n"
 
 
 def _fmt_params(n: int) -> str:
@@ -40,9 +106,8 @@ def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence,
     elif r.get(metric) is not None:
       cells[(r["arm"], r["dim"])].append(r[metric])
     counts[r["dim"]].add((r["arm"], r["params"]))
-  tail = " params |" if params else ""
-  lines = [f"| {row_label} | " + " | ".join(arms) + " |" + tail,
-           "|---|" + "---|" * len(arms) + ("---|" if params else "")]
+  header = [row_label, *arms] + (["params"] if params else [])
+  body = []
   for d in dims:
     row = []
     for a in arms:
@@ -55,12 +120,11 @@ def britz_table(rows: Sequence[dict], arms: Sequence[str], dims: Sequence,
       std = vals.std(ddof=1) if vals.size > 1 else 0.0
       row.append(f"{vals.mean():.2f} ± {std:.2f} ({best(vals):.2f})"
                  + (f", {mark}" if mark else ""))
-    line = f"| {d} | " + " | ".join(row) + " |"
     if params:
       found = sorted({p for _, p in counts[d]})
-      line += " " + (" / ".join(_fmt_params(p) for p in found) if found else "–") + " |"
-    lines.append(line)
-  return "\n".join(lines) + "\n"
+      row.append(" / ".join(_fmt_params(p) for p in found) if found else "–")
+    body.append([d, *row])
+  return markdown(header, body)
 
 
 def _fmt_p(p: float) -> str:
@@ -74,8 +138,7 @@ def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
   (arm, dim); a cell whose seed pairs differ in opposite directions lists
   the pairs' differences."""
   others = [a for a in arms if a != baseline]
-  lines = [f"| {row_label} | " + " | ".join(f"{a} − {baseline}" for a in others) + " |",
-           "|---|" + "---|" * len(others)]
+  body = []
   for d in dims:
     row = []
     for a in others:
@@ -89,8 +152,8 @@ def significance_table(tests: dict[tuple, dict], arms: Sequence[str],
       else:  # the mean hides pairs that differ in opposite directions
         pairs = ", ".join(f"{x:+.2f}" for x in t["deltas"])
         row.append(f"{t['delta']:+.2f} ({_fmt_p(t['p_max'])}; seed pairs disagree: {pairs})")
-    lines.append(f"| {d} | " + " | ".join(row) + " |")
-  return "\n".join(lines) + "\n"
+    body.append([d, *row])
+  return markdown([row_label] + [f"{a} − {baseline}" for a in others], body)
 
 
 # The Transformer's attention kinds, in the model's order (`transformer.
@@ -190,8 +253,7 @@ def kind_table(rows: Sequence[dict], arms: Sequence[str], values: Sequence, stat
     columns = [k for k in KINDS if any(layer_values(d, stat, k) for d in every)]
     names = list(columns)
     value_of = lambda d, c: kind_value(d, stat, c)
-  lines = [f"| arm | {row_label} | " + " | ".join(names) + " |",
-           "|---|---|" + "---|" * len(names)]
+  body = []
   for arm in arms:
     for v in values:
       key = (arm, v)
@@ -203,5 +265,5 @@ def kind_table(rows: Sequence[dict], arms: Sequence[str], values: Sequence, stat
         found = [x for x in (value_of(d, c) for d in group) if x is not None]
         cells.append(_fmt_stat(stat, float(np.mean(found))) if found else "–")
       label = arm + (f" ({n_div} of {n_div + len(group)} seeds diverged)" if n_div else "")
-      lines.append(f"| {label} | {v} | " + " | ".join(cells) + " |")
-  return "\n".join(lines) + "\n"
+      body.append([label, v, *cells])
+  return markdown(["arm", row_label, *names], body)

@@ -115,18 +115,17 @@ def measured(row: dict) -> str:
 def table(rows: list[dict]) -> str:
   """The markdown table of the rows: per case, each variant's HLO kernels,
   launches, command buffers, host-driven loop iterations and the two predictions."""
-  head = ("| case | XLA flags | HLO kernels | thunk kernels | launches | command buffers | "
-          "host loop iterations | predicted, per kernel | predicted, per launch | measured |\n"
-          "|---|---|---:|---:|---:|---:|---:|---:|---:|---|\n")
-  lines = []
+  # Not at the top: importing the package starts JAX, and `configure` sets
+  # XLA_FLAGS before that.
+  from attention_jax.analysis import tables  # pylint: disable=g-import-not-at-top
+  body = []
   order = {name: i for i, name in enumerate(VARIANTS)}
   for r in sorted(rows, key=lambda r: (r["case"].split()[0], int(r["case"].split("=")[1]),
                                        order.get(r["variant"], 99))):
-    lines.append(
-        f"| {r['case']} | {r['variant']} | {r['kernels']:,} | {r['thunk_kernels']:,} | "
-        f"{r['launches']:,} | {r['command_buffers']:,} | {r['host_iterations']:,} | "
-        f"{1e3 * r['predicted_s']:.1f} ms | {1e3 * r['predicted_launch_s']:.1f} ms | "
-        f"{measured(r)} |")
+    body.append([r["case"], r["variant"], f"{r['kernels']:,}", f"{r['thunk_kernels']:,}",
+                 f"{r['launches']:,}", f"{r['command_buffers']:,}", f"{r['host_iterations']:,}",
+                 f"{1e3 * r['predicted_s']:.1f} ms", f"{1e3 * r['predicted_launch_s']:.1f} ms",
+                 measured(r)])
   sweeps = []
   for variant in VARIANTS:
     chosen = [r for r in rows if r["variant"] == variant]
@@ -135,7 +134,10 @@ def table(rows: list[dict]) -> str:
       roof = sum(r["steps"] * r["roofline_s"] for r in chosen) / 60
       sweeps.append(f"- `{variant}`: the 12 cells' training steps predicted at {total:.1f} min "
                     f"(roofline alone {roof:.1f} min).")
-  return head + "\n".join(lines) + "\n" + ("\n" + "\n".join(sweeps) + "\n" if sweeps else "")
+  head = ["case", "XLA flags", "HLO kernels", "thunk kernels", "launches", "command buffers",
+          "host loop iterations", "predicted, per kernel", "predicted, per launch", "measured"]
+  return (tables.markdown(head, body, align=[None, None] + ["r"] * 7 + [None])
+          + ("\n" + "\n".join(sweeps) + "\n" if sweeps else ""))
 
 
 def write_report(out: str, rows: list[dict]) -> None:

@@ -13,6 +13,7 @@ import json
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
+from attention_jax.analysis import tables
 from attention_jax.measure import compile_targets
 from attention_jax.measure import provenance as provenance_lib
 
@@ -40,24 +41,22 @@ def format_seconds(s) -> str:
 def markdown_table(rows: Sequence[Mapping[str, Any]]) -> str:
   """One line per row: program, case, status, memory (GB) and verdict, FLOPs,
   predicted time, the fused attention kernel if any."""
-  head = ("| program | case | status | args GB | out GB | temp GB | total GB | fits | "
-          "GFLOP | predicted | TPU optimal_s (loops once) | kernel |\n"
-          "|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|---|\n")
-  lines = []
+  body = []
   for r in rows:
     ok = r.get("status") == "compiled"
     status = "compiled" if ok else f"error: {str(r.get('error', ''))[:80]}"
     verdict = "–" if r.get("fits") is None else ("yes" if r["fits"] else "**no**")
     flops = r.get("flops")
-    lines.append(
-        f"| {r['program']} | {r['case']} | {status} | {format_gb(r.get('argument_bytes'))} | "
-        f"{format_gb(r.get('output_bytes'))} | {format_gb(r.get('temp_bytes'))} | "
-        f"{format_gb(r.get('total_bytes'))} | {verdict} | "
-        f"{'–' if flops is None else f'{flops / 1e9:,.1f}'} | "
-        f"{format_seconds(r.get('predicted_s'))} | "
-        f"{format_seconds(r.get('target_optimal_seconds'))} | "
-        f"{r.get('fused_attention') or '–'} |")
-  return head + "\n".join(lines) + "\n"
+    body.append([
+        r["program"], r["case"], status, format_gb(r.get("argument_bytes")),
+        format_gb(r.get("output_bytes")), format_gb(r.get("temp_bytes")),
+        format_gb(r.get("total_bytes")), verdict,
+        "–" if flops is None else f"{flops / 1e9:,.1f}", format_seconds(r.get("predicted_s")),
+        format_seconds(r.get("target_optimal_seconds")), r.get("fused_attention") or "–"])
+  return tables.markdown(
+      ["program", "case", "status", "args GB", "out GB", "temp GB", "total GB", "fits", "GFLOP",
+       "predicted", "TPU optimal_s (loops once)", "kernel"], body,
+      align=[None, None, None, "r", "r", "r", "r", None, "r", "r", "r", None])
 
 
 def sweep_seconds(rows: Iterable[Mapping[str, Any]], program: str = "gpu_sweep",
@@ -82,40 +81,40 @@ def _compiled(rows, program):
 def sweep_table(rows: Sequence[Mapping[str, Any]], target: compile_targets.Target) -> str:
   """Per (arm, dim) of the sweep: memory, step time (FLOPs at peak alone, the
   roofline, and with overheads) and the time of its steps."""
-  lines = ["| arm | total GB | fits | GFLOP / step | FLOPs at peak | roofline step | "
-           "predicted step | kernels / step | loop iterations / step | steps | predicted time |",
-           "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+  body = []
   for r in _compiled(rows, "gpu_sweep"):
     flops = r.get("flops")
-    lines.append(f"| {r['case']} | {format_gb(r.get('total_bytes'))} | "
-                 f"{'yes' if r.get('fits') else '**no**'} | "
-                 f"{'–' if flops is None else f'{flops / 1e9:,.0f}'} | "
-                 f"{'–' if flops is None else format_seconds(flops / target.peak_flops)} | "
-                 f"{format_seconds(r.get('roofline_s'))} | "
-                 f"{format_seconds(r.get('predicted_s'))} | {_count(r.get('kernels'))} | "
-                 f"{_count(r.get('loop_iterations'))} | {_count(r.get('steps'))} | "
-                 f"{format_seconds(r.get('predicted_total_s'))} |")
-  return "\n".join(lines) + "\n"
+    body.append([
+        r["case"], format_gb(r.get("total_bytes")), "yes" if r.get("fits") else "**no**",
+        "–" if flops is None else f"{flops / 1e9:,.0f}",
+        "–" if flops is None else format_seconds(flops / target.peak_flops),
+        format_seconds(r.get("roofline_s")), format_seconds(r.get("predicted_s")),
+        _count(r.get("kernels")), _count(r.get("loop_iterations")), _count(r.get("steps")),
+        format_seconds(r.get("predicted_total_s"))])
+  return tables.markdown(
+      ["arm", "total GB", "fits", "GFLOP / step", "FLOPs at peak", "roofline step",
+       "predicted step", "kernels / step", "loop iterations / step", "steps", "predicted time"],
+      body, align=[None, "r", None] + ["r"] * 8)
 
 
 def kernel_table(rows: Sequence[Mapping[str, Any]]) -> str:
   """Per kernel case: memory, predicted time and TFLOP/s by the benchmark's
   FLOP count (FlashAttention convention), and the fused kernel if any."""
-  lines = ["| case | total GB | fits | predicted | TFLOP/s (benchmark count) | cuDNN |",
-           "|---|---:|---|---:|---:|---|"]
+  body = []
   for r in rows:
     if r["program"] != "kernels":
       continue
-    if r.get("status") != "compiled":
-      lines.append(f"| {r['case']} | error: {str(r.get('error', ''))[:100]} | | | | |")
+    if r.get("status") != "compiled":  # the error, and blank cells after it
+      body.append([r["case"], f"error: {str(r.get('error', ''))[:100]}"])
       continue
     tflops = r.get("predicted_tflops")
-    lines.append(f"| {r['case']} | {format_gb(r.get('total_bytes'))} | "
-                 f"{'yes' if r.get('fits') else '**no**'} | "
-                 f"{format_seconds(r.get('predicted_s'))} | "
-                 f"{'–' if tflops is None else f'{tflops:.0f}'} | "
-                 f"{'yes' if r.get('fused_attention') == 'cudnn' else 'no'} |")
-  return "\n".join(lines) + "\n"
+    body.append([r["case"], format_gb(r.get("total_bytes")),
+                  "yes" if r.get("fits") else "**no**", format_seconds(r.get("predicted_s")),
+                  "–" if tflops is None else f"{tflops:.0f}",
+                  "yes" if r.get("fused_attention") == "cudnn" else "no"])
+  return tables.markdown(
+      ["case", "total GB", "fits", "predicted", "TFLOP/s (benchmark count)", "cuDNN"], body,
+      align=[None, "r", None, "r", "r", None], fill=True)
 
 
 def additive_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -134,31 +133,29 @@ def additive_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
   if any("additive_pallas" in forms for forms in by_t.values()):
     return _additive_table_with_pallas(by_t, cell)
-  lines = ["| T | chunked temp GB | naive temp GB | chunked predicted | naive predicted |",
-           "|---:|---:|---:|---:|---:|"]
+  body = []
   for t in sorted(by_t):
     c, n = by_t[t].get("additive_chunked"), by_t[t].get("additive_naive")
-    lines.append(f"| {t} | {cell(c)} | {cell(n)} | "
-                 f"{format_seconds((c or {}).get('predicted_s'))} | "
-                 f"{format_seconds((n or {}).get('predicted_s'))} |")
-  return "\n".join(lines) + "\n"
+    body.append([t, cell(c), cell(n), format_seconds((c or {}).get("predicted_s")),
+                  format_seconds((n or {}).get("predicted_s"))])
+  return tables.markdown(
+      ["T", "chunked temp GB", "naive temp GB", "chunked predicted", "naive predicted"], body,
+      align="rrrrr")
 
 
 def _additive_table_with_pallas(by_t, cell) -> str:
   """Temporaries, counted GFLOP and predicted time of the three forms over T."""
   forms = ("additive_pallas", "additive_chunked", "additive_naive")
   names = [f.split("_")[1] for f in forms]
-  lines = ["| T | " + " | ".join(f"{n} temp GB" for n in names) + " | "
-           + " | ".join(f"{n} GFLOP" for n in names) + " | "
-           + " | ".join(f"{n} predicted" for n in names) + " |",
-           "|---:|" + "---:|" * (3 * len(forms))]
+  header = (["T"] + [f"{n} temp GB" for n in names] + [f"{n} GFLOP" for n in names]
+            + [f"{n} predicted" for n in names])
+  body = []
   for t in sorted(by_t):
     rows = [by_t[t].get(f) or {} for f in forms]
     flops = [("–" if r.get("flops") is None else f"{r['flops'] / 1e9:,.0f}") for r in rows]
-    lines.append(f"| {t} | " + " | ".join(cell(r or None) for r in rows) + " | "
-                 + " | ".join(flops) + " | "
-                 + " | ".join(format_seconds(r.get("predicted_s")) for r in rows) + " |")
-  return "\n".join(lines) + "\n"
+    body.append([t, *(cell(r or None) for r in rows), *flops,
+                  *(format_seconds(r.get("predicted_s")) for r in rows)])
+  return tables.markdown(header, body, align="r" * len(header))
 
 
 def format_collectives(collectives) -> str:
@@ -187,31 +184,32 @@ def mesh_table(rows: Sequence[Mapping[str, Any]]) -> str:
   target's own count where it gives one: libtpu's, loop bodies once), the
   step's collectives and their predicted time, the predicted step and the
   time of its runs."""
-  lines = ["| program | case | scheme | num_devices | mesh (members × data) | hosts | members "
-           "(padding) | memory / device GB | fits | GFLOP / device / step | target's GFLOP "
-           "(loops once) | collectives | collective time | predicted step | runs × steps | "
-           "predicted total |",
-           "|---|---|---|---:|---|---:|---:|---:|---|---:|---:|---|---:|---:|---:|---:|"]
+  body = []
   for r in rows:
     if "num_devices" not in r:
       continue
     mesh = r.get("mesh") or {}
-    layout = (f"| {r['program']} | {r['case']} | {r['scheme']} | {r['num_devices']} | "
-              f"{mesh.get('members')} × {mesh.get('data')} | {r.get('hosts')} | "
-              f"{r.get('members')} ({r.get('padding', 0)}) |")
-    if r.get("status") != "compiled":
-      lines.append(f"{layout} error: {str(r.get('error', ''))[:100]} | | | | | | | | |")
+    layout = [r["program"], r["case"], r["scheme"], r["num_devices"],
+              f"{mesh.get('members')} × {mesh.get('data')}", r.get("hosts"),
+              f"{r.get('members')} ({r.get('padding', 0)})"]
+    if r.get("status") != "compiled":  # the error, and blank cells after it
+      body.append([*layout, f"error: {str(r.get('error', ''))[:100]}"])
       continue
     flops, own = r.get("flops"), r.get("target_flops")
-    lines.append(
-        f"{layout} {format_gb(r.get('total_bytes'))} | {'yes' if r.get('fits') else '**no**'} | "
-        f"{'–' if flops is None else f'{flops / 1e9:,.0f}'} | "
-        f"{'–' if own is None else f'{own / 1e9:,.0f}'} | "
-        f"{format_collectives(r.get('collectives'))} | {format_seconds(r.get('collective_s'))} | "
-        f"{format_seconds(r.get('predicted_s'))} | "
-        f"{r.get('runs', 1)} × {_count(r.get('steps'))} | "
-        f"{format_seconds(r.get('predicted_total_s'))} |")
-  return "\n".join(lines) + "\n"
+    body.append([
+        *layout, format_gb(r.get("total_bytes")), "yes" if r.get("fits") else "**no**",
+        "–" if flops is None else f"{flops / 1e9:,.0f}",
+        "–" if own is None else f"{own / 1e9:,.0f}", format_collectives(r.get("collectives")),
+        format_seconds(r.get("collective_s")), format_seconds(r.get("predicted_s")),
+        f"{r.get('runs', 1)} × {_count(r.get('steps'))}",
+        format_seconds(r.get("predicted_total_s"))])
+  return tables.markdown(
+      ["program", "case", "scheme", "num_devices", "mesh (members × data)", "hosts",
+       "members (padding)", "memory / device GB", "fits", "GFLOP / device / step",
+       "target's GFLOP (loops once)", "collectives", "collective time", "predicted step",
+       "runs × steps", "predicted total"], body,
+      align=[None, None, None, "r", None, "r", "r", "r", None, "r", "r", None, "r", "r", "r", "r"],
+      fill=True)
 
 
 def mesh_totals(rows: Sequence[Mapping[str, Any]],
@@ -222,8 +220,7 @@ def mesh_totals(rows: Sequence[Mapping[str, Any]],
   Where `planned` (the run's (program, case) pairs) has cases of a program
   without a row, its times say how many cases they cover ('for 2 of 4 cases'):
   a run cut part-way must not read as the program's whole."""
-  lines = ["| program | num_devices | predicted wall time | of which collectives |",
-           "|---|---:|---:|---:|"]
+  body = []
   for program, title in MESH_PROGRAMS.items():
     chosen = [r for r in rows if r.get("program") == program and "num_devices" in r]
     if not chosen:
@@ -235,10 +232,12 @@ def mesh_totals(rows: Sequence[Mapping[str, Any]],
     devices = sorted({r["num_devices"] for r in chosen})
     wanted = {case for p, case in planned or () if p == program} | {r["case"] for r in chosen}
     part = "" if len(chosen) >= len(wanted) else f" for {len(chosen)} of {len(wanted)} cases"
-    lines.append(f"| {title} | {', '.join(map(str, devices))} | "
-                 f"{format_seconds(total)}{part if total is not None else ''} | "
-                 f"{format_seconds(comm)}{part if comm is not None else ''} |")
-  return "\n".join(lines) + "\n"
+    body.append([title, ", ".join(map(str, devices)),
+                  f"{format_seconds(total)}{part if total is not None else ''}",
+                  f"{format_seconds(comm)}{part if comm is not None else ''}"])
+  return tables.markdown(
+      ["program", "num_devices", "predicted wall time", "of which collectives"], body,
+      align=[None, "r", "r", "r"])
 
 
 def gpu_sweep_cells() -> list[str]:

@@ -413,6 +413,7 @@ def main(argv):
   if FLAGS.threads == 1:  # before the first jax call below starts the CPU client
     from attention_jax.sweep import workers  # pylint: disable=g-import-not-at-top
     workers.use_one_core(FLAGS.core)
+  from attention_jax.analysis import tables  # pylint: disable=g-import-not-at-top
   from attention_jax.measure import benchmarking  # pylint: disable=g-import-not-at-top
   from attention_jax.measure import hlo_profile  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
@@ -435,11 +436,11 @@ def main(argv):
   data = datasets.load_data(cfg)
   print(f"peak {peak / 1e9:.1f} GFLOP/s; by CPU time (the same product timed again): "
         f"{peak_cpu / 1e9:.1f} GFLOP per CPU second")
-  print(f"| cell | seeds | step ms | matmul GFLOP/step (jaxpr / by hand) | all GFLOP/step "
-        f"(jaxpr / XLA with loops / XLA body once) | matmul GFLOP/s | "
-        f"share of peak {peak / 1e9:.0f} | CPU time / wall | share by CPU time | "
-        f"target tokens/s |")
-  print("|---|---|---|---|---|---|---|---|---|---|")
+  # The header now, a row as each cell is measured: a stopped run shows what it has.
+  print(tables.markdown(["cell", "seeds", "step ms", "matmul GFLOP/step (jaxpr / by hand)",
+                         "all GFLOP/step (jaxpr / XLA with loops / XLA body once)",
+                         "matmul GFLOP/s", f"share of peak {peak / 1e9:.0f}", "CPU time / wall",
+                         "share by CPU time", "target tokens/s"], []), end="")
   for arm, dim in cells:
     for seeds in seed_counts:
       row = measure(cfg, arm, dim, seeds, data, FLAGS.batches)
@@ -450,13 +451,13 @@ def main(argv):
         append_rows(FLAGS.out, [row])
         written += 1
       per = lambda x: "-" if x is None else f"{x / FLAGS.batches / 1e9:.2f}"
-      print(f"| {arm}:{dim} | {seeds} | {row['step_median_s'] * 1e3:.0f} | "
-            f"{per(row['matmul_flops'])} / {per(row['hand_matmul_flops'])} | "
-            f"{per(row['flops'])} / {per(row['xla_loop_aware_flops'])} / "
-            f"{per(row['xla_flops'])} | "
-            f"{row['matmul_flops_per_s'] / 1e9:.1f} | {row['share_of_peak']:.1%} | "
-            f"{row['cpu_fraction']:.0%} | {row['cpu_share_of_peak']:.1%} | "
-            f"{row['target_tokens_per_s']:,.0f} |", flush=True)
+      print(tables.markdown(None, [[
+          f"{arm}:{dim}", seeds, f"{row['step_median_s'] * 1e3:.0f}",
+          f"{per(row['matmul_flops'])} / {per(row['hand_matmul_flops'])}",
+          f"{per(row['flops'])} / {per(row['xla_loop_aware_flops'])} / {per(row['xla_flops'])}",
+          f"{row['matmul_flops_per_s'] / 1e9:.1f}", f"{row['share_of_peak']:.1%}",
+          f"{row['cpu_fraction']:.0%}", f"{row['cpu_share_of_peak']:.1%}",
+          f"{row['target_tokens_per_s']:,.0f}"]]), end="", flush=True)
       if row["profile"]:
         print(hlo_profile.profile_table(row["profile"]), flush=True)
   if FLAGS.out:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from attention_jax.analysis import scaling
+from attention_jax.analysis import tables
 
 MODELS = ("transformer", "rnn")
 INITS = ("default", "premise")
@@ -85,60 +86,60 @@ def summary(rows: list[dict]) -> list[dict[str, Any]]:
   return out
 
 
+def _variance_cell(rows: list[dict]) -> str:
+  """The mean query and key component variance of `rows`, each with its
+  mean square in brackets where the two differ by more than 5%."""
+  if not rows:
+    return "n/a"
+  cell = []
+  for side in ("q", "k"):
+    var = float(np.mean([r[f"{side}_var"] for r in rows]))
+    square = float(np.mean([r[f"{side}_mean_square"] for r in rows]))
+    text = f"{side} {var:.3g}"
+    if abs(square - var) > 0.05 * var:
+      text += f" ({square:.3g})"
+    cell.append(text)
+  return ", ".join(cell)
+
+
+def _model_section(model: str, mine: list[dict[str, Any]], rows: list[dict]) -> str:
+  """One model's part of `table.md`: its slopes, its per-kind slopes (where
+  it has more than one attention kind) and its component variances."""
+  dims = mine[0]["dims"]
+  slopes = [[e["init"], e["score"], _slope_text(e["logit_std_slope"]),
+             _slope_text(e["max_abs_logit_slope"]), f"{e['std_first']:.3g}",
+             f"{e['std_peak']:.3g} ({e['dim_peak']})", f"{e['std_last']:.3g}",
+             f"{100 * e['saturated_last']:.1f}%"] for e in mine]
+  text = f"### {model}\n\n" + tables.markdown(
+      ["init", "score", "slope of logit std", "slope of max \\|logit\\|",
+       f"logit std at d={dims[0]}", "peak (at d)", f"logit std at d={dims[-1]}",
+       f"saturated rows at d={dims[-1]}"], slopes)
+  kinds = list(mine[0]["kind_slopes"])
+  if len(kinds) > 1:
+    per_kind = [[e["init"], e["score"], *(_slope_text(e["kind_slopes"][k]) for k in kinds)]
+                for e in mine]
+    text += ("\nSlope of logit std per attention kind (mean over layers):\n\n"
+             + tables.markdown(["init", "score", *kinds], per_kind))
+  variances = []
+  for init in INITS:
+    cells = [_variance_cell([r for r in rows if (r["model"], r["init"], r["dim"]) ==
+                             (model, init, d)]) for d in dims]
+    if any(c != "n/a" for c in cells):
+      variances.append([init, *cells])
+  return text + ("\nQuery / key component variance at step 0 (mean over scores, kinds and "
+                 "layers; mean square in brackets where it differs by > 5%):\n\n"
+                 + tables.markdown(["init", *(f"d={d}" for d in dims)], variances))
+
+
 def table_markdown(rows: list[dict]) -> str:
   """`table.md`: the slopes per model / init / score, the per-kind slopes,
   and the measured query / key component variances per d_k."""
   entries = summary(rows)
-  lines = ["Log-log least-squares slopes against d_k (95% interval, t with n - 2 dof). "
-           "Pooled: per d_k the mean over attention kinds and layers, then the fit.", ""]
-  for model in MODELS:
-    mine = [e for e in entries if e["model"] == model]
-    if not mine:
-      continue
-    dims = mine[0]["dims"]
-    lines += [f"### {model}", "",
-              f"| init | score | slope of logit std | slope of max \\|logit\\| | "
-              f"logit std at d={dims[0]} | peak (at d) | logit std at d={dims[-1]} | "
-              f"saturated rows at d={dims[-1]} |",
-              "|---|---|---|---|---|---|---|---|"]
-    for e in mine:
-      lines.append(f"| {e['init']} | {e['score']} | {_slope_text(e['logit_std_slope'])} | "
-                   f"{_slope_text(e['max_abs_logit_slope'])} | {e['std_first']:.3g} | "
-                   f"{e['std_peak']:.3g} ({e['dim_peak']}) | {e['std_last']:.3g} | "
-                   f"{100 * e['saturated_last']:.1f}% |")
-    kinds = list(mine[0]["kind_slopes"])
-    if len(kinds) > 1:
-      lines += ["", "Slope of logit std per attention kind (mean over layers):", "",
-                "| init | score | " + " | ".join(kinds) + " |",
-                "|---|---|" + "---|" * len(kinds)]
-      for e in mine:
-        lines.append(f"| {e['init']} | {e['score']} | "
-                     + " | ".join(_slope_text(e["kind_slopes"][k]) for k in kinds) + " |")
-    lines += ["", "Query / key component variance at step 0 (mean over scores, kinds and "
-              "layers; mean square in brackets where it differs by > 5%):", "",
-              "| init | " + " | ".join(f"d={d}" for d in dims) + " |",
-              "|---|" + "---|" * len(dims)]
-    for init in INITS:
-      cells = []
-      for d in dims:
-        sel = [r for r in rows if (r["model"], r["init"], r["dim"]) == (model, init, d)]
-        if not sel:
-          cells.append("n/a")
-          continue
-        moments = {f: float(np.mean([r[f] for r in sel]))
-                   for f in ("q_var", "k_var", "q_mean_square", "k_mean_square")}
-        cell = []
-        for side in ("q", "k"):
-          var, square = moments[f"{side}_var"], moments[f"{side}_mean_square"]
-          text = f"{side} {var:.3g}"
-          if abs(square - var) > 0.05 * var:
-            text += f" ({square:.3g})"
-          cell.append(text)
-        cells.append(", ".join(cell))
-      if any(c != "n/a" for c in cells):
-        lines.append(f"| {init} | " + " | ".join(cells) + " |")
-    lines.append("")
-  return "\n".join(lines)
+  sections = [_model_section(model, [e for e in entries if e["model"] == model], rows)
+              for model in MODELS if any(e["model"] == model for e in entries)]
+  return ("Log-log least-squares slopes against d_k (95% interval, t with n - 2 dof). "
+          "Pooled: per d_k the mean over attention kinds and layers, then the fit.\n"
+          + "".join("\n" + section for section in sections))
 
 
 def plot(rows: list[dict], path: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from attention_jax.analysis import plots
+from attention_jax.analysis import tables
 
 
 def fmt_time(s: float | None) -> str:
@@ -59,18 +60,19 @@ def markdown_tables(rows: list[dict], machine: dict[str, Any], command: str) -> 
 
 
 def _kernel_table(kernels: list[dict]) -> list[str]:
-  lines = ["| impl | mode | dtype | B | H | T | D | causal | median | spread (IQR) | TFLOP/s "
-           "| % peak | temp memory | other load | status |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+  """The kernels suite's table (one entry) and the time ratios under it, as report lines."""
+  rows = []
   for r in kernels:
     status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')[:60]}"
-    lines.append(f"| {r['impl']} | {r['mode']} | {r['dtype']} | {r['batch']} | {r['heads']} | "
-                 f"{r['seq_len']} | {r['head_dim']} | {r['causal']} | "
-                 f"{fmt_time(r.get('time_median_s'))} | {fmt_time(r.get('time_iqr_s'))} | "
-                 f"{_fmt(r.get('tflops'), '.3f')} | {_fmt(r.get('pct_peak'), '.1f')} | "
-                 f"{fmt_bytes(r.get('temp_bytes'))} | {_fmt(r.get('other_load_cores'), '.2f')} "
-                 f"| {status} |")
-  return lines + [""] + ratio_lines(kernels) + [""]
+    rows.append([r["impl"], r["mode"], r["dtype"], r["batch"], r["heads"], r["seq_len"],
+                 r["head_dim"], r["causal"], fmt_time(r.get("time_median_s")),
+                 fmt_time(r.get("time_iqr_s")), _fmt(r.get("tflops"), ".3f"),
+                 _fmt(r.get("pct_peak"), ".1f"), fmt_bytes(r.get("temp_bytes")),
+                 _fmt(r.get("other_load_cores"), ".2f"), status])
+  table = tables.markdown(["impl", "mode", "dtype", "B", "H", "T", "D", "causal", "median",
+                           "spread (IQR)", "TFLOP/s", "% peak", "temp memory", "other load",
+                           "status"], rows)
+  return [table.rstrip("\n"), ""] + ratio_lines(kernels) + [""]
 
 
 def ratio_lines(kernels: list[dict]) -> list[str]:
@@ -94,15 +96,17 @@ def ratio_lines(kernels: list[dict]) -> list[str]:
 
 
 def _additive_table(additive: list[dict]) -> list[str]:
-  lines = ["| additive | B | T | a | median | temp memory | temp / (B·T²) | status |",
-           "|---|---|---|---|---|---|---|---|"]
+  """The additive suite's table (one entry) and the chunked / naive ratios under it."""
+  rows = []
   for r in additive:
     per = r.get("temp_bytes")
     per = "—" if per is None else f"{per / (r['batch'] * r['seq_len'] ** 2):.0f} B"
-    lines.append(f"| {r['impl']} | {r['batch']} | {r['seq_len']} | {r['attention_dim']} | "
-                 f"{fmt_time(r.get('time_median_s'))} | {fmt_bytes(r.get('temp_bytes'))} | "
-                 f"{per} | {r['status']} |")
-  return lines + [""] + additive_lines(additive) + [""]
+    rows.append([r["impl"], r["batch"], r["seq_len"], r["attention_dim"],
+                 fmt_time(r.get("time_median_s")), fmt_bytes(r.get("temp_bytes")), per,
+                 r["status"]])
+  table = tables.markdown(["additive", "B", "T", "a", "median", "temp memory", "temp / (B·T²)",
+                           "status"], rows)
+  return [table.rstrip("\n"), ""] + additive_lines(additive) + [""]
 
 
 def additive_lines(additive: list[dict]) -> list[str]:
@@ -123,17 +127,18 @@ def additive_lines(additive: list[dict]) -> list[str]:
 
 
 def _model_table(model_rows: list[dict]) -> list[str]:
-  lines = ["| model | size | params (one) | B | T | run | training tokens/s | × one seed "
-           "| median per call | status |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+  """The models suite's table (one entry), with each run's speed-up over one seed."""
   one = {r["model"]: r.get("tokens_per_s") for r in model_rows if r.get("seeds") == 1}
+  rows = []
   for r in model_rows:
     tps = r.get("tokens_per_s")
     ratio = "—" if not tps or not one.get(r["model"]) else f"{tps / one[r['model']]:.2f}"
-    lines.append(f"| {r['model']} | {r['size']} | {r.get('params', 0):,} | {r['batch']} | "
-                 f"{r['seq_len']} | {r['impl']} | {_fmt(tps, ',.0f')} | "
-                 f"{ratio} | {fmt_time(r.get('time_median_s'))} | {r['status']} |")
-  return lines
+    rows.append([r["model"], r["size"], f"{r.get('params', 0):,}", r["batch"], r["seq_len"],
+                 r["impl"], _fmt(tps, ",.0f"), ratio, fmt_time(r.get("time_median_s")),
+                 r["status"]])
+  table = tables.markdown(["model", "size", "params (one)", "B", "T", "run",
+                           "training tokens/s", "× one seed", "median per call", "status"], rows)
+  return [table.rstrip("\n")]
 
 
 def _log_axes(ax, xlabel: str, ylabel: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from attention_jax.analysis import tables as analysis_tables
 from experiments.lr_threshold import threshold as th
 
 MISSING = "–"
@@ -23,12 +24,6 @@ def fmt_lr(lr: float) -> str:
 
 def _loss(v: float) -> str:
   return f"{v:.3f}" if math.isfinite(v) else "diverged"
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-  lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-  lines += ["| " + " | ".join(row) + " |" for row in rows]
-  return "\n".join(lines) + "\n"
 
 
 def _all_dims(a: th.Analysis) -> list[int]:
@@ -57,7 +52,7 @@ def loss_table(a: th.Analysis) -> str:
           n = sum(1 for r in a.grid.records if r.cell == c)
           row.append(f"diverged ({diverged_seeds[c]} of {n} seeds)")
       rows.append(row)
-  return _table(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
+  return analysis_tables.markdown(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
 
 
 def _flags(t: th.Threshold) -> str:
@@ -95,8 +90,9 @@ def threshold_table(a: th.Analysis) -> str:
                    _loss(t.loss_opt) if t.loss_opt is not None else MISSING,
                    fmt_bracket(t.bracket), star,
                    _flags(t) or ("fitted" if t.fitted else "")])
-  return _table(["score", "d_k", "lr_opt", "L(lr_opt)", "lr* in (grid interval)",
-                 "lr* interpolated", "flags"], rows)
+  return analysis_tables.markdown(
+      ["score", "d_k", "lr_opt", "L(lr_opt)", "lr* in (grid interval)", "lr* interpolated",
+       "flags"], rows)
 
 
 def fmt_bracket(bracket: tuple[float, float | None] | None) -> str:
@@ -121,7 +117,7 @@ def absolute_table(a: th.Analysis) -> str:
         fail = a.fails.get(th.Cell(s, d, lr))
         row.append(MISSING if fail is None else ("fail" if fail else "pass"))
       rows.append(row)
-  return _table(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
+  return analysis_tables.markdown(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
 
 
 def _signed(x: float) -> str:
@@ -161,9 +157,10 @@ def law_table(a: th.Analysis) -> str:
                  f"{b.with_slope:,} of {b.replicates:,}",
                  MISSING if law.reference is None else f"{law.reference:+g}",
                  _range(law.band) if law.band else "none registered", _verdict(law)])
-  return _table(["score", "slope bracket (grid intervals, no interpolation)", "half-width",
-                 "interpolated slope", "95% interval (bootstrap over seeds only)",
-                 "d_k fitted", "draws with a slope", "predicted", "band", "verdict"], rows)
+  return analysis_tables.markdown(
+      ["score", "slope bracket (grid intervals, no interpolation)", "half-width",
+       "interpolated slope", "95% interval (bootstrap over seeds only)", "d_k fitted",
+       "draws with a slope", "predicted", "band", "verdict"], rows)
 
 
 def attention_table(a: th.Analysis) -> str:
@@ -186,7 +183,7 @@ def attention_table(a: th.Analysis) -> str:
       if not t.complete:
         flag = "provisional: lrs missing" if flag == "fitted" else f"{flag}; provisional"
       rows.append([s, str(d), cell, flag])
-  return _table(["score", "d_k", "lr_att in (grid interval)", "flags"], rows)
+  return analysis_tables.markdown(["score", "d_k", "lr_att in (grid interval)", "flags"], rows)
 
 
 def attention_law_table(a: th.Analysis) -> str:
@@ -198,8 +195,9 @@ def attention_law_table(a: th.Analysis) -> str:
                  ", ".join(map(str, law.dims)) or MISSING,
                  MISSING if law.reference is None else f"{law.reference:+g}",
                  _range(law.band) if law.band else "none registered", _verdict(law)])
-  return _table(["score", "slope bracket (grid intervals)", "half-width", "d_k bracketed",
-                 "predicted", "band", "verdict"], rows)
+  return analysis_tables.markdown(
+      ["score", "slope bracket (grid intervals)", "half-width", "d_k bracketed", "predicted",
+       "band", "verdict"], rows)
 
 
 def sensitivity_table(a: th.Analysis) -> str:
@@ -218,7 +216,8 @@ def sensitivity_table(a: th.Analysis) -> str:
       row.append(cell)
     row.append(", ".join(fmt_lr(lr) for lr in a.grid.learning_rates[s]))
     rows.append(row)
-  return _table(["score"] + [f"d_k = {d}" for d in dims] + ["learning rates"], rows)
+  return analysis_tables.markdown(["score"] + [f"d_k = {d}" for d in dims] + ["learning rates"],
+                                  rows)
 
 
 def bleu_table(a: th.Analysis) -> str:
@@ -239,7 +238,7 @@ def bleu_table(a: th.Analysis) -> str:
                               MISSING if r.test_bleu is None else f"{r.test_bleu:.1f}"
                               for r in known) or MISSING)
       rows.append(row)
-  return _table(["d_k", "score"] + [fmt_lr(lr) for lr in lrs], rows)
+  return analysis_tables.markdown(["d_k", "score"] + [fmt_lr(lr) for lr in lrs], rows)
 
 
 def _stat(stat: str, v: float | None) -> str:
@@ -263,7 +262,7 @@ def diagnostics_table(a: th.Analysis) -> str:
     values = a.diagnostics[c]
     rows.append([c.score, str(c.dim), fmt_lr(c.lr)] + [
         _stat(stat, values.get(th.diagnostic_key(stat, kind, m))) for stat, kind, m in columns])
-  return _table(header, rows)
+  return analysis_tables.markdown(header, rows)
 
 
 def clocks_table(a: th.Analysis) -> str:
@@ -274,7 +273,7 @@ def clocks_table(a: th.Analysis) -> str:
   if clocks:
     rows.append(["all", str(sum(v["runs"] for v in clocks.values())),
                  f"{sum(v['hours'] for v in clocks.values()):.1f}"])
-  return _table(["score", "finished runs", "training clock, hours"], rows)
+  return analysis_tables.markdown(["score", "finished runs", "training clock, hours"], rows)
 
 
 def missing_table(a: th.Analysis) -> str:
@@ -284,7 +283,7 @@ def missing_table(a: th.Analysis) -> str:
     by_pair.setdefault((c.score, c.dim), []).append(c.lr)
   rows = [[s, str(d), ", ".join(fmt_lr(lr) for lr in sorted(lrs))]
           for (s, d), lrs in by_pair.items()]
-  return _table(["score", "d_k", "learning rates not yet known"], rows)
+  return analysis_tables.markdown(["score", "d_k", "learning rates not yet known"], rows)
 
 
 def markdown(a: th.Analysis) -> str:
