@@ -177,15 +177,3 @@ def breakdown(xspace_path: str, hlo_text: str, steps: int, step_seconds: float,
                "ms": max(0.0, step_seconds * 1e3 - busy), "loop_ms": 0.0, "matmul_ms": 0.0,
                "thunks": 0.0, "loop_thunks": 0.0})
   return rows
-
-
-def profile_table(parts: list) -> str:
-  """`breakdown`'s rows as a markdown table, with each part's share of the traced step."""
-  step_ms = sum(r["ms"] for r in parts)
-  lines = ["| part | direction | ms/step | share | in loop bodies ms | matmul ms | thunks/step "
-           "(of them in loop bodies) |", "|---|---|---|---|---|---|---|"]
-  for r in parts:
-    lines.append(f"| {r['part']} | {r['direction']} | {r['ms']:.1f} | "
-                 f"{r['ms'] / step_ms:.0%} | {r['loop_ms']:.1f} | "
-                 f"{r['matmul_ms']:.1f} | {r['thunks']:.0f} ({r['loop_thunks']:.0f}) |")
-  return "\n".join(lines)

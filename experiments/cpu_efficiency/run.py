@@ -415,7 +415,6 @@ def main(argv):
     workers.use_one_core(FLAGS.core)
   from attention_jax.analysis import tables  # pylint: disable=g-import-not-at-top
   from attention_jax.measure import benchmarking  # pylint: disable=g-import-not-at-top
-  from attention_jax.measure import hlo_profile  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
 
   machine = benchmarking.machine_description()
@@ -459,10 +458,22 @@ def main(argv):
           f"{row['cpu_fraction']:.0%}", f"{row['cpu_share_of_peak']:.1%}",
           f"{row['target_tokens_per_s']:,.0f}"]]), end="", flush=True)
       if row["profile"]:
-        print(hlo_profile.profile_table(row["profile"]), flush=True)
+        print(profile_table(row["profile"], tables), flush=True)
   if FLAGS.out:
     print(f"appended {written} rows to {FLAGS.out}")
 
+
+def profile_table(parts: list, tables) -> str:
+  """`hlo_profile.breakdown`'s rows as a Markdown table (`tables`: the
+  analysis module, imported by the caller once JAX is configured), with each
+  part's share of the traced step."""
+  step_ms = sum(r["ms"] for r in parts)
+  return tables.markdown(
+      ["part", "direction", "ms/step", "share", "in loop bodies ms", "matmul ms",
+       "thunks/step (of them in loop bodies)"],
+      [[r["part"], r["direction"], f"{r['ms']:.1f}", f"{r['ms'] / step_ms:.0%}",
+        f"{r['loop_ms']:.1f}", f"{r['matmul_ms']:.1f}",
+        f"{r['thunks']:.0f} ({r['loop_thunks']:.0f})"] for r in parts]).rstrip("\n")
 
 if __name__ == "__main__":
   define_flags()

@@ -388,3 +388,17 @@ def test_a_smoke_cell_reports_its_share_of_the_peak(tmp_path):
   assert {"encoder", "decoder", "optimizer"} <= parts
   assert "| decoder | backward |" in out.stdout
   assert "provenance" in cell and cell["provenance"]["xla_flags"].count("intra_op") == 1
+
+
+def test_the_profile_table_is_the_writers_with_each_parts_share():
+  from attention_jax.analysis import tables  # pylint: disable=g-import-not-at-top
+  parts = [dict(part="attention", direction="forward", ms=3.0, loop_ms=1.25, matmul_ms=2.0,
+                thunks=12, loop_thunks=4),
+           dict(part="output", direction="backward", ms=1.0, loop_ms=0.0, matmul_ms=0.5,
+                thunks=3, loop_thunks=0)]
+  assert cpu_efficiency.profile_table(parts, tables) == (
+      "| part | direction | ms/step | share | in loop bodies ms | matmul ms | "
+      "thunks/step (of them in loop bodies) |\n"
+      "|---|---|---|---|---|---|---|\n"
+      "| attention | forward | 3.0 | 75% | 1.2 | 2.0 | 12 (4) |\n"
+      "| output | backward | 1.0 | 25% | 0.0 | 0.5 | 3 (0) |")
