@@ -268,21 +268,27 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
 
   trainer, build_s, _ = benchmarking.timed(
       lambda: train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)), data))
-  batches = trainer._train_batches(0)  # pylint: disable=protected-access
+  batches = trainer.train_batches(0)
+
+  def train_step(i: int):
+    """Step i of every member on the next batch, into the trainer's state."""
+    trainer.state = trainer.step(trainer.state.replace(step=i), next(batches))
+    return trainer.state.loss
+
   # The first step (it compiles) and `steps` more, each with the next batch.
-  step_times = benchmarking.time_steps(lambda i: trainer.train_step(next(batches), i),
-                                       1 + steps).wall_s
+  step_times = benchmarking.time_steps(train_step, 1 + steps).wall_s
   first_step_s, step_times = step_times[0], step_times[1:]
+  ev = trainer.evaluator
 
   def validation():
-    trainer.bleu(trainer.params, "validation", cfg.eval_examples, trainer.val_beam_size)
-    trainer.perplexity(trainer.params, "validation")
+    ev.bleu(trainer.params, "validation", cfg.eval_examples, ev.val_beam_size)
+    ev.perplexity(trainer.params, "validation")
 
   batch_search_s = 0.0
   if not steps_only:  # what the sweep does before its first step; validation and test reuse it
-    _, batch_search_s, _ = benchmarking.timed(lambda: trainer.evaluator.check_memory(log))
-  per_batch = trainer.eval_batch_size(f"beam{cfg.beam_size}", "test")
-  test = lambda: trainer.translate(trainer.params, "test", per_batch, cfg.beam_size)
+    _, batch_search_s, _ = benchmarking.timed(lambda: ev.check_memory(log))
+  per_batch = ev.eval_batch_size(f"beam{cfg.beam_size}", "test")
+  test = lambda: ev.translate(trainer.params, "test", per_batch, cfg.beam_size)
   if steps_only:
     first_validation_s = validation_s = first_test_batch_s = test_batch_s = 0.0
   else:

@@ -150,8 +150,11 @@ def test_it_trains_in_both_families_and_logs_its_temperature(new_score, model):
   assert cfg.dataset == "copy"  # the smoke preset's synthetic copy task
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   trainer = train_lib.EnsembleTrainer(cfg.point(config.Arm.of(NAME, 8)), data, (0,))
-  batch = next(trainer._train_batches(0))
-  losses = [float(trainer.train_step(batch, s)[0]) for s in range(6)]  # one batch, learnt
+  batch = next(trainer.train_batches(0))
+  losses = []
+  for _ in range(6):  # one batch, learnt
+    trainer.state = trainer.step(trainer.state, batch)
+    losses.append(float(trainer.state.loss[0]))
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
   t = _leaves_named(trainer.params, "t")
   modules = 1 if model == "rnn" else cfg.encoder_layers + 2 * cfg.decoder_layers

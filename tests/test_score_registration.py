@@ -94,8 +94,11 @@ def test_the_new_score_trains_in_both_families(new_score, model):
   cfg = config.from_preset("smoke", model=model, arms=(NAME,), dims=(8,), **extra)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   trainer = train_lib.EnsembleTrainer(cfg.point(config.Arm.of(NAME, 8)), data, (0,))
-  batch = next(trainer._train_batches(0))
-  losses = [float(trainer.train_step(batch, s)[0]) for s in range(6)]  # one batch, learnt
+  batch = next(trainer.train_batches(0))
+  losses = []
+  for _ in range(6):  # one batch, learnt
+    trainer.state = trainer.step(trainer.state, batch)
+    losses.append(float(trainer.state.loss[0]))
   assert np.all(np.isfinite(losses)) and losses[-1] < losses[0], losses
   c = [np.asarray(x)[0] for path, x in jax.tree_util.tree_leaves_with_path(trainer.params)
        if _last_name(path) == "c"]

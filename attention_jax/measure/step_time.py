@@ -19,7 +19,7 @@ def one_length_batches(trainer, count: int, scan: int = 50) -> list:
   batches, else of the length that has the most there."""
   if count < 1:
     raise ValueError(f"`count` must be >= 1, got {count}.")
-  stream = trainer._train_batches(0)  # pylint: disable=protected-access
+  stream = trainer.train_batches(0)
   by_length = {}  # padded length -> batches, from the start of the stream
   for _ in range(scan * count):
     batch = next(stream)

@@ -109,11 +109,6 @@ class EnsembleTrainer:
         best_ppl=np.full(members, np.inf))
     self.evaluator = evaluation.Evaluator(run, data, members, self.graphdef, self.rest,
                                           params, self.placement, label=self.label)
-    # The evaluator's measures, also here for the callers that time the
-    # trainer as a whole (experiments/calibration.py).
-    ev = self.evaluator
-    self.translate, self.bleu, self.perplexity = ev.translate, ev.bleu, ev.perplexity
-    self.eval_batch_size, self.val_beam_size = ev.eval_batch_size, ev.val_beam_size
     self._train_step = self._build_train_step()
     self._diag_step = self._build_diag_step()
     self._members_finite = jax.jit(lambda params: functools.reduce(
@@ -204,7 +199,12 @@ class EnsembleTrainer:
 
   # --- steps ----------------------------------------------------------------
 
-  def _train_batches(self, start_step: int) -> Iterator:
+  def train_batches(self, start_step: int) -> Iterator:
+    """The batches the run trains on, one per step, from step `start_step`
+    on: the training split shuffled by the data seed, repeated and filtered
+    to `max_length`. The stream is a pure function of the seed, so a resumed
+    run goes on with the batches it would have had; a timing of the step
+    (`measure/step_time.py`) takes the same batches as the run."""
     data = self.run_config.data
     it = self.data.batches("train", data.batch_size, seed=data.data_seed, shuffle=True,
                            repeat=True, max_length=data.max_length)
@@ -230,12 +230,6 @@ class EnsembleTrainer:
           f"members, a batch of {np.shape(src)[0]:,} sentences of {np.shape(src)[1]} tokens): "
           f"lower --batch_size (or --seeds, --members); XLA: {first[:200]}") from None
     return state.replace(params=params, opt_state=opt_state, step=state.step + 1, loss=loss)
-
-  def train_step(self, batch, step: int) -> np.ndarray:
-    """Step `step` of every member on `batch`, from and into `self.state`;
-    returns the losses `[E]`."""
-    self.state = self.step(self.state.replace(step=step), batch)
-    return self.state.loss
 
   def diagnose(self, params, batch) -> dict[str, np.ndarray]:
     """Softmax diagnostics (`diagnostics.softmax_stats`) of `params` on `batch`, `[E]` each."""
@@ -306,7 +300,7 @@ class EnsembleTrainer:
       run = actions_lib.RunActions(self, ckpt, metrics, board, log, deadline, sweep)
       self.state, stop = periodic.train_loop(
           self.state, self.run_config.optimizer.steps, run.advance,
-          self._train_batches(self.state.step), run.actions())
+          self.train_batches(self.state.step), run.actions())
       self.state, result = run.finish(self.state, stop)
       return result
     finally:

@@ -121,9 +121,11 @@ def _one_step(model, arm, dim, dtype, seeds=(0,), steps=1, precision=None):
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   with jax.default_matmul_precision(precision or "default"):
     trainer = train_lib.EnsembleTrainer(cfg.point(config.Arm.of(arm, dim)), data, seeds)
-    batches = trainer._train_batches(0)
-    losses = np.stack([trainer.train_step(next(batches), s) for s in range(steps)])
-  return trainer, losses
+    batches, losses = trainer.train_batches(0), []
+    for _ in range(steps):
+      trainer.state = trainer.step(trainer.state, next(batches))
+      losses.append(trainer.state.loss)
+  return trainer, np.stack(losses)
 
 
 @pytest.mark.parametrize("model,arm", [("rnn", "additive"), ("rnn", "multiplicative"),

@@ -60,12 +60,15 @@ _SCRIPT = textwrap.dedent("""\
     for name, mesh in (("one", None), ("members", placement.member_mesh(jax.devices(), 8)),
                        ("members,data", placement.member_mesh(jax.devices(), 4, 2))):
       t = train_lib.EnsembleTrainer(cfg.point(config.Arm.of("additive", 8)), data, mesh=mesh)
-      it = t._train_batches(0)
+      it = t.train_batches(0)
       batch = next(it)
       src, tgt_in, tgt_out = t.evaluator.teacher_forced(batch)
       text = t._train_step.lower(t.params, t.rest, t.opt_state, np.int32(0), src, tgt_in,
                                  tgt_out).compile().as_text()
-      losses = [t.train_step(b, s) for s, b in enumerate([batch, next(it), next(it)])]
+      losses = []
+      for b in (batch, next(it), next(it)):
+        t.state = t.step(t.state, b)
+        losses.append(t.state.loss)
       leaves = jax.tree.leaves(t.params)
       out[name] = {"losses": np.stack(losses).tolist(),
                    "params": [np.asarray(x).tolist() for x in leaves],
@@ -169,7 +172,7 @@ _EVAL_SCRIPT = textwrap.dedent("""\
     for name, mesh in (("one", None), ("members", placement.member_mesh(jax.devices(), 8))):
       t = train_lib.EnsembleTrainer(cfg.point(config.Arm.of("additive", 8)), data, mesh=mesh)
       ev = t.evaluator
-      batch = next(t._train_batches(0))
+      batch = next(t.train_batches(0))
       src, tgt_in, tgt_out = ev.teacher_forced(batch)
       texts = {
           "eval": ev._eval_step.lower(t.params, t.rest, src, tgt_in, tgt_out),
@@ -241,8 +244,10 @@ _TRANSFORMER_SCRIPT = textwrap.dedent("""\
     out = {}
     for name, mesh in (("one", None), ("members", both)):
       t = train_lib.EnsembleTrainer(point, data, mesh=mesh)
-      it = t._train_batches(0)
-      losses = [t.train_step(next(it), s).tolist() for s in range(5)]
+      it, losses = t.train_batches(0), []
+      for _ in range(5):
+        t.state = t.step(t.state, next(it))
+        losses.append(t.state.loss.tolist())
       out[name] = {"losses": losses,
                    "params": [np.asarray(x).tolist() for x in jax.tree.leaves(t.params)]}
     lines = []

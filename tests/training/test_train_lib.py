@@ -36,12 +36,20 @@ def _trainer(cfg, arm, data, seeds, **kw):
   return train_lib.EnsembleTrainer(cfg.point(config.Arm.of(arm, cfg.dims[0])), data, seeds, **kw)
 
 
+def _take_steps(trainer, batches, steps: int) -> np.ndarray:
+  """`steps` training steps of `trainer` on the next batches of `batches`,
+  into its state: the losses `[steps, E]`."""
+  losses = []
+  for _ in range(steps):
+    trainer.state = trainer.step(trainer.state, next(batches))
+    losses.append(trainer.state.loss)
+  return np.stack(losses)
+
+
 def _train(cfg, seeds, steps=3):
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   trainer = _trainer(cfg, "additive", data, seeds)
-  batches = trainer._train_batches(0)
-  losses = [trainer.train_step(next(batches), s) for s in range(steps)]
-  return trainer, np.stack(losses)
+  return trainer, _take_steps(trainer, trainer.train_batches(0), steps)
 
 
 @pytest.mark.slow  # over 30 s on 2 cores (31-218 s, 2-core Xeon, 2026-11-26): in `make test-all`
@@ -237,8 +245,10 @@ def test_data_parallel_on_four_cpu_devices_matches_one_device():
       for mesh in (None, jax.sharding.Mesh(np.asarray(jax.devices()), ("data",))):
         t = train_lib.EnsembleTrainer(cfg.point(config.Arm.of("additive", 8)), data, (0, 1),
                                       mesh=mesh)
-        it = t._train_batches(0)
-        losses = [t.train_step(next(it), s) for s in range(3)]
+        it, losses = t.train_batches(0), []
+        for _ in range(3):
+          t.state = t.step(t.state, next(it))
+          losses.append(t.state.loss)
         out.append((np.stack(losses), jax.tree.leaves(t.params)))
       np.testing.assert_allclose(out[0][0], out[1][0], rtol=1e-5)
       for a, b in zip(out[0][1], out[1][1]):
@@ -279,8 +289,7 @@ def test_the_location_score_is_built_for_every_sentence_evaluation_sees():
   trainer = _trainer(cfg, "location", data, (0,))
   assert trainer.model_config.max_source_length == widest == run_config.batch_width(data)
   trainer.evaluator.check_memory(log=lambda _: None)
-  batches = trainer._train_batches(0)
-  assert np.isfinite(trainer.train_step(next(batches), 0)).all()
+  assert np.isfinite(_take_steps(trainer, trainer.train_batches(0), 1)).all()
   bleu = trainer.evaluator.bleu(trainer.params, "validation", 0, trainer.evaluator.val_beam_size)
   ppl = trainer.evaluator.perplexity(trainer.params, "validation")
   assert 0 <= bleu[0] <= 100 and np.isfinite(ppl[0]) and ppl[0] >= 1
@@ -327,8 +336,8 @@ def test_the_modern_fixes_train_in_both_families_with_their_diagnostics(model, a
   cfg = _cfg(model=model, arms=(arm,), **extra)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   trainer = _trainer(cfg, arm, data, (0,))
-  batches = trainer._train_batches(0)
-  losses = [float(trainer.train_step(next(batches), s)[0]) for s in range(2)]
+  batches = trainer.train_batches(0)
+  losses = _take_steps(trainer, batches, 2)[:, 0]
   assert all(np.isfinite(losses))
   g = [np.asarray(x) for path, x in jax.tree_util.tree_leaves_with_path(trainer.params)
        if "'g'" in jax.tree_util.keystr(path) or ".g" in jax.tree_util.keystr(path)]
@@ -404,7 +413,7 @@ def test_transformer_diagnostics_cover_every_layer_and_kind():
              encoder_layers=2, decoder_layers=1)
   data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
   trainer = _trainer(cfg, "scaled_dot", data, (0, 1))
-  stats = trainer.diagnose(trainer.params, next(trainer._train_batches(0)))
+  stats = trainer.diagnose(trainer.params, next(trainer.train_batches(0)))
   kinds = {"encoder_self": 2, "decoder_self": 1, "cross": 1}
   for name in ("logit_std", "entropy", "saturated", "max_logit"):
     per_layer = {k for k in stats if k.startswith(name + "_") and k[len(name) + 1:].split(
@@ -463,9 +472,7 @@ def test_the_evaluation_batch_size_changes_no_translation_and_the_perplexity_by_
     cfg = _cfg(eval_batch_size=eval_batch_size, beam_size=2, test_examples=48)
     data = input_pipeline.load(cfg.dataset, max_length=cfg.max_length)
     trainer = _trainer(cfg, "additive", data, (0, 1))
-    batches = trainer._train_batches(0)
-    for step in range(3):
-      trainer.train_step(next(batches), step)
+    _take_steps(trainer, trainer.train_batches(0), 3)
     measured.append(trainer.evaluator.final_test(trainer.params, np.array([True, True])))
   wide, narrow = measured
   assert wide.hypotheses == narrow.hypotheses and wide.bleu == narrow.bleu
