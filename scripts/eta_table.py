@@ -1,6 +1,6 @@
 """The ETA table of a time-stamped sweep log (commands.sh writes the logs).
 
-    python results/progress_eta/table.py results/progress_eta/smoke.log
+    python scripts/eta_table.py results/progress_eta/smoke.log
 
 Every progress line whose run ETA is a number (after the run's first
 validation) against the time the run and the sweep really had left: from the
