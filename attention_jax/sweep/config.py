@@ -81,8 +81,9 @@ class ExperimentConfig:
   # Changes no number: it only drops runs from the sweep (a run it keeps is the
   # same run as without it; `Plan` jobs, tested).
   additive_max_dim: int = flag_field(
-      0, "largest dimension at which the additive arm runs (0 = all of --dims): per "
-      "query it evaluates a tanh of a values for every key", changes_numbers=False)
+      0, "largest dimension at which an arm whose score forms a block per query-key "
+      "pair runs (registry `pair_block`: additive; 0 = all of --dims): per query it "
+      "evaluates a tanh of a values for every key", changes_numbers=False)
   # Changes no number of a run: it chooses what the significance tables compare,
   # and a cached test records the digest of both runs' translations, so another
   # baseline is computed afresh, never read from the cache (tested).
@@ -251,7 +252,7 @@ class ExperimentConfig:
 
   def sweep(self) -> tuple[Arm, ...]:
     """Every (arm, dim) point, arms outer, in the order of `arms` and `dims`
-    (the additive arm only up to `additive_max_dim`)."""
+    (an arm with a per-pair block, additive, only up to `additive_max_dim`)."""
     return tuple(Arm.of(arm, dim) for arm in self.arms for dim in self.dims
                  if self.runs(arm, dim))
 

@@ -65,7 +65,8 @@ class Settings:
   library_implementation: str = _setting(
       "`implementation` argument of the library's attention for the per-score impls, one "
       f"of {LIBRARY_IMPLEMENTATIONS}.", "auto")
-  additive_max_len: int = _setting("Kernel suite: longest T for the `additive` impl (its "
+  additive_max_len: int = _setting("Kernel suite: longest T for a score with a block per "
+                                   "query-key pair (registry `pair_block`: `additive`, whose "
                                    "[B, H, T, T, D] tanh work grows fastest).")
   peak_tflops: float | None = _setting(
       "Dense peak TFLOP/s for %-of-peak where the built-in table has no entry (e.g. CPUs).",
