@@ -87,7 +87,8 @@ def test_a_members_run_extended_and_resumed_equals_one_from_scratch(tmp_path):
             for r in _lines(os.path.join(tmp_path, "scratch", name))]
     assert rows == [_without(r, "train_seconds", "provenance")
                     for r in _lines(os.path.join(resumed_dir, name))], name
-  # Another member list is refused before any work, naming the flag.
-  with pytest.raises(ValueError, match="--members='learning_rate=0.001,0.01'"):
+  # Another member list is refused before any work, naming the setting and both values.
+  with pytest.raises(ValueError, match=r"--workdir.*\(members: 'learning_rate=0.001,0.01' there "
+                                       r"vs 'learning_rate=0.001,0.003' now\)"):
     runner.run(cfg.replace(members="learning_rate=1e-3,3e-3"), resumed_dir,
                report=reports.write)

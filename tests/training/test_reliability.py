@@ -663,11 +663,11 @@ def _one_line_failure(proc, *needles):
   assert len(err) == 1 and all(n in err[0] for n in needles), proc.stderr
 
 
-@pytest.mark.parametrize("driver", ["ablation", "train", "benchmark"])
+@pytest.mark.parametrize("driver", ["ablation", "train", "kernels.run"])
 def test_a_workdir_that_is_a_file_is_named_in_one_line(tmp_path, driver):
   blocker = tmp_path / "file"
   blocker.write_text("not a folder")
-  preset = "--preset=tiny" if driver == "benchmark" else "--preset=smoke"
+  preset = "--preset=tiny" if driver == "kernels.run" else "--preset=smoke"
   for workdir in (blocker, blocker / "below"):
     proc = subprocess.run([sys.executable, "-m", f"experiments.{driver}", preset,
                            f"--workdir={workdir}"], cwd=ROOT, capture_output=True, text=True)
