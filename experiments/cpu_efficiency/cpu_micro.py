@@ -7,7 +7,7 @@ r"""Two CPU measurements behind the quick step's second round of changes, each i
    `layers.dense` (one 2-D product), median of `--repeats` calls after one.
 2. The step of one cell of `--preset` (`--arm`:`--dim`, one seed; the quick
    preset's multiplicative a = 128 by default) on its first `--batches`
-   training batches of one length (`analysis.step_time.one_length_batches`:
+   training batches of one length (`measure.step_time.one_length_batches`:
    64 x 32 in the quick preset), `--rounds` rounds after a warm-up: the median
    step and the minor page faults per step, with glibc's allocator defaults
    and with `host_memory.keep_freed_memory`, and under two YNNPACK fusion

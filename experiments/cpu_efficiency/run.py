@@ -32,7 +32,7 @@ core (`--threads=0`). It measures:
      three times the forward for forward + backward): a check of the above,
      equal to it for the scores each count covers (tests); none otherwise;
    - `xla_loop_aware_flops`: XLA's cost analysis of the compiled step with
-     each loop body counted trip-count times (`analysis.hlo.loop_aware_cost`):
+     each loop body counted trip-count times (`measure.hlo.loop_aware_cost`):
      the compiler's check of the jaxpr's total (9.71 against 9.49 GFLOP per
      quick step at a = 128; XLA counts elementwise work its own way);
    - `xla_flops`: XLA's `cost_analysis` as it is, which counts each loop body

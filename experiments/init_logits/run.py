@@ -71,7 +71,7 @@ The probes and the statistics are `experiments.init_logits.probes`;
 the fits, the table and the figure `experiments.init_logits.tables`.
 
 Outputs in `--out`: `results.jsonl` (one row per measurement, with its
-provenance under `provenance`: `training.provenance`), `table.md` (log-log
+provenance under `provenance`: `measure.provenance`), `table.md` (log-log
 slopes of logit std and max |logit| against d_k with 95% intervals,
 `scaling.loglog_slope`), `logit_std.png`. The wall and CPU time and the
 configurations skipped are printed; what the numbers say is written by hand
