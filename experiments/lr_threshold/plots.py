@@ -26,6 +26,7 @@ import numpy as np  # noqa: E402
 
 from attention_jax.analysis import plots  # noqa: E402
 from experiments.lr_threshold import threshold as th  # noqa: E402
+from experiments.lr_threshold import grids  # noqa: E402
 from experiments.lr_threshold.tables import fmt_lr  # noqa: E402
 
 CURVES = "lr_curves.png"
@@ -72,8 +73,8 @@ def curves_figure(a: th.Analysis):
   for column, score in enumerate(g.scores):
     top, bottom = axes[0][column], axes[1][column]
     for dim in g.dims[score]:
-      cells = [th.Cell(score, dim, lr) for lr in g.learning_rates[score]
-               if th.Cell(score, dim, lr) in a.losses]
+      cells = [grids.Cell(score, dim, lr) for lr in g.learning_rates[score]
+               if grids.Cell(score, dim, lr) in a.losses]
       if not cells:
         continue
       lrs = [c.lr for c in cells]
@@ -108,10 +109,10 @@ def heatmap_values(a: th.Analysis, score: str, moment: str) -> np.ndarray:
   not known."""
   g = a.grid
   out = np.full((len(g.dims[score]), len(g.learning_rates[score])), np.nan)
-  key = th.diagnostic_key("max_logit", "self", moment)
+  key = grids.diagnostic_key("max_logit", "self", moment)
   for i, dim in enumerate(g.dims[score]):
     for j, lr in enumerate(g.learning_rates[score]):
-      v = a.diagnostics.get(th.Cell(score, dim, lr), {}).get(key)
+      v = a.diagnostics.get(grids.Cell(score, dim, lr), {}).get(key)
       if v is not None:
         out[i, j] = v
   return out
@@ -130,14 +131,14 @@ def plot_heatmaps(a: th.Analysis, path: str) -> None:
   """The largest self-attention logit over (lr, d_k), a row per moment
   (step 100, the last step), a column per score; one log colour scale."""
   g = a.grid
-  values = {(s, m): heatmap_values(a, s, m) for s in g.scores for m in th.MOMENTS}
+  values = {(s, m): heatmap_values(a, s, m) for s in g.scores for m in grids.MOMENTS}
   known = np.concatenate([v[np.isfinite(v)] for v in values.values()])
   positive = known[known > 0]
   norm = (matplotlib.colors.LogNorm(positive.min(), max(positive.max(), positive.min() * 10))
           if positive.size else None)
-  fig, axes = _panels(len(th.MOMENTS), len(g.scores), width=4.0, height=2.8)
+  fig, axes = _panels(len(grids.MOMENTS), len(g.scores), width=4.0, height=2.8)
   image = None
-  for row, moment in enumerate(th.MOMENTS):
+  for row, moment in enumerate(grids.MOMENTS):
     for column, score in enumerate(g.scores):
       ax, v = axes[row][column], values[(score, moment)]
       image = ax.imshow(np.where(v > 0, v, np.nan), norm=norm, cmap="viridis",
@@ -149,11 +150,11 @@ def plot_heatmaps(a: th.Analysis, path: str) -> None:
       ax.set_xticks(range(len(g.learning_rates[score])),
                     [fmt_lr(lr) for lr in g.learning_rates[score]], fontsize=7)
       ax.set_yticks(range(len(g.dims[score])), [str(d) for d in g.dims[score]])
-      if row == len(th.MOMENTS) - 1:
+      if row == len(grids.MOMENTS) - 1:
         ax.set_xlabel("peak learning rate")
       if column == 0:
         ax.set_ylabel("d_k")
-      when = f"step {th.EARLY_STEP}" if moment == "step100" else f"step {g.steps}"
+      when = f"step {grids.EARLY_STEP}" if moment == "step100" else f"step {g.steps}"
       ax.set_title(f"{score}, {when}", fontsize=9)
   if image is not None and norm is not None:
     fig.colorbar(image, ax=axes, label="largest self-attention logit (mean over seeds)",

@@ -79,12 +79,12 @@ def path_problem(main: str | None, controls: str, out: str | None) -> str | None
 def grid_problem(flag: str, path: str, cfg, learning_rates) -> str | None:
   """Why `path` is not a workdir of the grid: no run folder of its plan
   (as a `--sweep` grid or as `--members` runs), or run folders of both
-  (`threshold.layout`); None if it holds one. A swapped --main and
+  (`grids.layout`); None if it holds one. A swapped --main and
   --controls is caught here."""
-  from experiments.lr_threshold import threshold as th  # pylint: disable=g-import-not-at-top
+  from experiments.lr_threshold import grids as grids_lib  # pylint: disable=g-import-not-at-top
   from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
   try:
-    if th.layout(path, cfg, learning_rates) is not None:
+    if grids_lib.layout(path, cfg, learning_rates) is not None:
       return None
   except ValueError as e:
     return f"{flag}: {e}"
@@ -98,15 +98,16 @@ PREMISE = "transformer_lr_premise_cpu"
 
 def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_norm: str = "",
          fine: str = ""):
-  """(the analysis of the grids of `preset` (`threshold.preset_grids`),
+  """(the analysis of the grids of `preset` (`grids.preset_grids`),
   {grid name: its workdir}); a ValueError of one line names a bad flag,
   workdir or file. The premise preset's grid is read from its two parts
-  (`threshold.read_premise`) and judged with its bands; `fine`, the
+  (`grids.read_premise`) and judged with its bands; `fine`, the
   transformer_lr_cpu grid's refinement, joins --main and brings the same
   bands."""
   from experiments.lr_threshold import threshold as th  # pylint: disable=g-import-not-at-top
+  from experiments.lr_threshold import grids as grids_lib  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise  # pylint: disable=g-import-not-at-top
-  plans = th.preset_grids(preset, layer_norm or None)
+  plans = grids_lib.preset_grids(preset, layer_norm or None)
   if controls and "controls" not in plans:
     raise ValueError(f"--controls: the {preset} grid has every score in --main; give no "
                      "--controls.")
@@ -114,26 +115,26 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
     raise ValueError(f"--fine: only the transformer_lr_cpu grid has a refinement, not {preset}.")
   if preset == PREMISE:
     cfg, rates = plans["main"]
-    problem = grid_problem("--main", os.path.join(main, th.COARSE), cfg, rates)
+    problem = grid_problem("--main", os.path.join(main, grids_lib.COARSE), cfg, rates)
     if problem:
-      raise ValueError(problem.replace(repr(os.path.join(main, th.COARSE)), repr(main), 1)
-                       + f" (its coarse grid in {th.COARSE}/)")
-    return th.analyse(th.read_premise(main, cfg), bands=premise.BANDS), {"main": main}
+      raise ValueError(problem.replace(repr(os.path.join(main, grids_lib.COARSE)), repr(main), 1)
+                       + f" (its coarse grid in {grids_lib.COARSE}/)")
+    return th.analyse(grids_lib.read_premise(main, cfg), bands=premise.BANDS), {"main": main}
   given = {"main": ("--main", main), "controls": ("--controls", controls)}
   inputs = {name: flag_path for name, flag_path in given.items() if flag_path[1]}
   for name, (flag, path) in inputs.items():
     problem = grid_problem(flag, path, *plans[name])
     if problem:
       raise ValueError(problem)
-  grids = [th.read_grid(path, *plans[name]) for name, (_, path) in inputs.items()]
+  grids = [grids_lib.read_grid(path, *plans[name]) for name, (_, path) in inputs.items()]
   if fine:
     if not os.path.isdir(fine):
       raise ValueError(f"--fine: no folder {fine!r}.")
     cfg, _ = plans["main"]
-    grids[0] = th.union([grids[0], th.read_grid(fine, cfg, premise.GLOROT_FINE_RATES)])
+    grids[0] = grids_lib.union([grids[0], grids_lib.read_grid(fine, cfg, premise.GLOROT_FINE_RATES)])
     inputs["fine"] = ("--fine", fine)
   bands = premise.BANDS if fine else None
-  return (th.analyse(th.merge(grids), bands=bands),
+  return (th.analyse(grids_lib.merge(grids), bands=bands),
           {name: path for name, (_, path) in inputs.items()})
 
 

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from attention_jax.analysis import tables as analysis_tables
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
 
 MISSING = "–"
 
@@ -42,7 +43,7 @@ def loss_table(a: th.Analysis) -> str:
     for lr in a.grid.learning_rates[s]:
       row = [s, fmt_lr(lr)]
       for d in dims:
-        c = th.Cell(s, d, lr)
+        c = grids.Cell(s, d, lr)
         v = a.losses.get(c)
         if v is None:
           row.append(MISSING)
@@ -114,7 +115,7 @@ def absolute_table(a: th.Analysis) -> str:
     for lr in a.grid.learning_rates[s]:
       row = [s, fmt_lr(lr)]
       for d in dims:
-        fail = a.fails.get(th.Cell(s, d, lr))
+        fail = a.fails.get(grids.Cell(s, d, lr))
         row.append(MISSING if fail is None else ("fail" if fail else "pass"))
       rows.append(row)
   return analysis_tables.markdown(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
@@ -233,7 +234,7 @@ def bleu_table(a: th.Analysis) -> str:
         continue
       row = [str(d), s]
       for lr in lrs:
-        known = seeds.get(th.Cell(s, d, lr), [])
+        known = seeds.get(grids.Cell(s, d, lr), [])
         row.append(" / ".join("diverged" if r.diverged else
                               MISSING if r.test_bleu is None else f"{r.test_bleu:.1f}"
                               for r in known) or MISSING)
@@ -251,17 +252,17 @@ def diagnostics_table(a: th.Analysis) -> str:
   """The largest self-attention logit and saturated share (largest over
   layers, mean over the seeds that logged it) per kind, at step 100 and at
   the last step."""
-  columns = [(stat, kind, moment) for stat in th.DIAGNOSTIC_STATS for moment in th.MOMENTS
-             for kind in th.SELF_KINDS]
+  columns = [(stat, kind, moment) for stat in grids.DIAGNOSTIC_STATS for moment in grids.MOMENTS
+             for kind in grids.SELF_KINDS]
   names = {"max_logit": "max logit", "saturated": "saturated"}
-  moments = {"step100": f"step {th.EARLY_STEP}", "last": "last step"}
+  moments = {"step100": f"step {grids.EARLY_STEP}", "last": "last step"}
   header = ["score", "d_k", "lr"] + [
       f"{names[stat]} {kind.replace('_', ' ')}, {moments[m]}" for stat, kind, m in columns]
   rows = []
   for c in sorted(a.diagnostics):
     values = a.diagnostics[c]
     rows.append([c.score, str(c.dim), fmt_lr(c.lr)] + [
-        _stat(stat, values.get(th.diagnostic_key(stat, kind, m))) for stat, kind, m in columns])
+        _stat(stat, values.get(grids.diagnostic_key(stat, kind, m))) for stat, kind, m in columns])
   return analysis_tables.markdown(header, rows)
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
 from experiments.lr_threshold import tables as threshold_tables
 from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir as workdir_lib
@@ -25,8 +26,8 @@ from experiments.lr_threshold import report as threshold_report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MARGIN = th.FAILURE_MARGIN
-MAIN, LRS = th.preset_grids()["main"]
-CONTROLS, CONTROL_LRS = th.preset_grids()["controls"]
+MAIN, LRS = grids.preset_grids()["main"]
+CONTROLS, CONTROL_LRS = grids.preset_grids()["controls"]
 # The law the fake main grid is made from: lr*(d) = C_s d^p_s, and lr_opt(d)
 # a grid learning rate below it (none the grid's lowest).
 LAW = {"dot": (0.128, -1.0), "scaled_dot": (0.032, -0.5)}
@@ -210,7 +211,7 @@ def test_sensitivity_by_hand():
 
 
 def test_absolute_failures_compare_with_the_best_of_every_score_at_the_same_d_k():
-  c = th.Cell
+  c = grids.Cell
   losses = {c("a", 16, 1e-3): 2.0, c("b", 16, 1e-3): 2.0 + MARGIN * 0.9,
             c("b", 16, 1e-2): 2.0 + MARGIN * 1.1, c("a", 16, 1e-2): math.inf,
             c("a", 64, 1e-3): 5.0}  # another d_k: its own best
@@ -252,7 +253,7 @@ def test_bootstrap_of_identical_seeds_is_the_point_estimate_and_repeats():
 
 
 def test_the_fitted_slopes_recover_the_law_the_losses_were_made_from(main_grid):
-  grid = th.read_grid(str(main_grid), MAIN, LRS)
+  grid = grids.read_grid(str(main_grid), MAIN, LRS)
   assert grid.missing == ()
   assert len(grid.records) == len(MAIN.arms) * len(MAIN.dims) * len(LRS) * MAIN.seeds
   a = th.analyse(grid)
@@ -273,8 +274,8 @@ def test_the_fitted_slopes_recover_the_law_the_losses_were_made_from(main_grid):
 
 
 def test_records_hold_the_last_validation_loss_bleu_and_diagnostics(main_grid):
-  grid = th.read_grid(str(main_grid), MAIN, LRS)
-  r = next(r for r in grid.records if r.cell == th.Cell("dot", 64, 1e-3) and r.seed == 1)
+  grid = grids.read_grid(str(main_grid), MAIN, LRS)
+  r = next(r for r in grid.records if r.cell == grids.Cell("dot", 64, 1e-3) and r.seed == 1)
   assert r.loss == pytest.approx(designed_loss("dot", 64, 1e-3) + SEED_OFFSET[1], abs=1e-5)
   assert r.test_bleu == pytest.approx(10.0 + 1 + 0.1)
   logit = 10.0 * 64 * 1e-3 * 100
@@ -297,11 +298,11 @@ def test_a_partial_grid_is_analysed_and_names_its_missing_cells(tmp_path):
   # one seed diverged, the other not yet at its last step: not known
   write_run(tmp_path / "main", MAIN, LRS, "dot", 256, 3e-3, [2.0, 2.0], until=500,
             finished=False, diverged_at={1: 250})
-  grid = th.read_grid(str(tmp_path / "main"), MAIN, LRS)
-  missing = {th.Cell(*c) for c in (skip - {("dot", 256, 1e-3)}) | partial}
+  grid = grids.read_grid(str(tmp_path / "main"), MAIN, LRS)
+  missing = {grids.Cell(*c) for c in (skip - {("dot", 256, 1e-3)}) | partial}
   assert set(grid.missing) == missing
   a = th.analyse(grid)
-  assert a.losses[th.Cell("dot", 256, 1e-3)] == math.inf
+  assert a.losses[grids.Cell("dot", 256, 1e-3)] == math.inf
   t = a.thresholds[("dot", 256)]
   assert not t.complete and not t.fitted and t.into_divergence  # 3e-4 then diverged
   assert a.thresholds[("scaled_dot", 16)].complete is False
@@ -319,11 +320,11 @@ def test_a_partial_grid_is_analysed_and_names_its_missing_cells(tmp_path):
 
 def test_a_finished_run_with_a_diverged_seed_counts_as_failed(tmp_path):
   write_run(tmp_path / "w", MAIN, LRS, "dot", 16, 1e-2, [2.0, 2.0], diverged_at={0: 500})
-  grid = th.read_grid(str(tmp_path / "w"), MAIN, LRS)
+  grid = grids.read_grid(str(tmp_path / "w"), MAIN, LRS)
   (r0, r1) = sorted((r for r in grid.records), key=lambda r: r.seed)
   assert r0.diverged and r0.loss == math.inf and r0.test_bleu is None
   assert not r1.diverged and r1.loss == pytest.approx(2.0, abs=1e-5)
-  assert th.analyse(grid, replicates=10).losses == {th.Cell("dot", 16, 1e-2): math.inf}
+  assert th.analyse(grid, replicates=10).losses == {grids.Cell("dot", 16, 1e-2): math.inf}
 
 
 def test_a_run_of_other_settings_is_refused_naming_its_config(tmp_path):
@@ -331,7 +332,7 @@ def test_a_run_of_other_settings_is_refused_naming_its_config(tmp_path):
   old = files.read_json(run.config)
   files.atomic_write(run.config, files.to_json({**old, "dropout": 0.3}))
   with pytest.raises(ValueError, match="dropout"):
-    th.read_grid(str(tmp_path / "w"), MAIN, LRS)
+    grids.read_grid(str(tmp_path / "w"), MAIN, LRS)
 
 
 def test_the_controls_join_the_main_grid(main_grid, tmp_path):
@@ -340,13 +341,13 @@ def test_the_controls_join_the_main_grid(main_grid, tmp_path):
       for lr in CONTROL_LRS:
         loss = {1e-4: 2.0, 1e-3: 1.9, 1e-2: 2.9}[lr]
         write_run(tmp_path / "controls", CONTROLS, CONTROL_LRS, score, dim, lr, [loss, loss])
-  grid = th.merge([th.read_grid(str(main_grid), MAIN, LRS),
-                   th.read_grid(str(tmp_path / "controls"), CONTROLS, CONTROL_LRS)])
+  grid = grids.merge([grids.read_grid(str(main_grid), MAIN, LRS),
+                   grids.read_grid(str(tmp_path / "controls"), CONTROLS, CONTROL_LRS)])
   assert grid.scores == ("dot", "scaled_dot", "inverse_dim", "qk_norm")
   a = th.analyse(grid, replicates=20)
   assert a.best[16] == pytest.approx(1.9, abs=1e-5)  # L_best over every score
   # the main grid's best (2.0) is within ln 1.2 of the controls' 1.9: passes
-  assert not a.fails[th.Cell("dot", 16, 3e-3)]
+  assert not a.fails[grids.Cell("dot", 16, 3e-3)]
   # the controls' lr* lies between 1e-3 and 1e-2 at every d_k: slope 0, as flat as made
   assert a.laws["qk_norm"].slope == pytest.approx(0.0, abs=1e-9)
   t = a.thresholds[("qk_norm", 64)]
@@ -367,9 +368,9 @@ def test_the_controls_join_the_main_grid(main_grid, tmp_path):
   assert "## Learning-rate sensitivity on the learning rates every score ran (1e-4, 1e-3, 1e-2;" in text
   assert th.as_json(a)["shared_rates"]["learning_rates"] == sorted(CONTROL_LRS)
   # one plan for every score: nothing to repeat
-  assert th.analyse(th.read_grid(str(main_grid), MAIN, LRS), replicates=10).shared is None
+  assert th.analyse(grids.read_grid(str(main_grid), MAIN, LRS), replicates=10).shared is None
   with pytest.raises(ValueError, match="two grids"):
-    th.merge([grid, th.read_grid(str(main_grid), MAIN, LRS)])
+    grids.merge([grid, grids.read_grid(str(main_grid), MAIN, LRS)])
 
 
 def test_curves_keep_a_colour_per_dk_and_one_scale_per_row(main_grid, tmp_path):
@@ -381,8 +382,8 @@ def test_curves_keep_a_colour_per_dk_and_one_scale_per_row(main_grid, tmp_path):
     for dim in (64, 256):
       for lr in CONTROL_LRS:
         write_run(tmp_path / "controls", CONTROLS, CONTROL_LRS, score, dim, lr, [2.5, 2.5])
-  grid = th.merge([th.read_grid(str(main_grid), MAIN, LRS),
-                   th.read_grid(str(tmp_path / "controls"), CONTROLS, CONTROL_LRS)])
+  grid = grids.merge([grids.read_grid(str(main_grid), MAIN, LRS),
+                   grids.read_grid(str(tmp_path / "controls"), CONTROLS, CONTROL_LRS)])
   fig = threshold_plots.curves_figure(th.analyse(grid, replicates=10))
   try:
     axes = fig.axes
@@ -409,12 +410,12 @@ def test_heat_map_cells_show_small_logits_with_two_digits():
 
 
 def test_run_clocks_count_each_run_once(main_grid):
-  grid = th.read_grid(str(main_grid), MAIN, LRS)
+  grid = grids.read_grid(str(main_grid), MAIN, LRS)
   runs = len(MAIN.dims) * len(LRS)
   assert th.run_clocks(grid.records) == {
       "dot": {"runs": runs, "hours": pytest.approx(runs / 3600)},
       "scaled_dot": {"runs": runs, "hours": pytest.approx(runs / 3600)}}
-  record = lambda seed, seconds, lr=1e-3: th.Record("dot", 16, lr, seed, 2.0, False, 1.0, {},
+  record = lambda seed, seconds, lr=1e-3: grids.Record("dot", 16, lr, seed, 2.0, False, 1.0, {},
                                                    None, seconds)
   assert th.run_clocks([record(0, 10.0), record(1, 20.0), record(0, None, 3e-3)]) == {
       "dot": {"runs": 1, "hours": pytest.approx(20 / 3600)}}

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
 from experiments.lr_threshold import tables as threshold_tables
 
 MARGIN = th.FAILURE_MARGIN
@@ -80,8 +81,8 @@ def _grid(curves, planned):
   for dim, losses in curves.items():
     for lr, loss in zip(planned, losses):
       for seed in (0, 1):
-        records.append(th.Record("scaled_dot", dim, lr, seed, loss, False, 10.0, {}))
-  return th.Grid(tuple(records), (), {"scaled_dot": planned},
+        records.append(grids.Record("scaled_dot", dim, lr, seed, loss, False, 10.0, {}))
+  return grids.Grid(tuple(records), (), {"scaled_dot": planned},
                  {"scaled_dot": tuple(sorted(curves))}, 2000, 1000)
 
 

@@ -14,6 +14,8 @@ import time
 import pytest
 
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
+from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir as workdir_lib
 from experiments.lr_threshold import report as threshold_report
 from tests.lr_threshold import test_threshold as fake
@@ -49,11 +51,11 @@ def test_a_bare_nan_perplexity_counts_as_diverged_as_a_null_does(tmp_path):
                          diverged_at={0: 500})
   _rewrite_log(run.metrics, _bare_nan)
   assert "NaN" in open(run.metrics).read()
-  grids = {name: th.read_grid(str(tmp_path / name), MAIN, LRS) for name in ("null", "nan")}
-  r0 = next(r for r in grids["nan"].records if r.cell == th.Cell(*cell) and r.seed == 0)
+  read = {name: grids.read_grid(str(tmp_path / name), MAIN, LRS) for name in ("null", "nan")}
+  r0 = next(r for r in read["nan"].records if r.cell == grids.Cell(*cell) and r.seed == 0)
   assert r0.diverged and r0.loss == float("inf")
-  analyses = {name: th.analyse(g, replicates=50) for name, g in grids.items()}
-  assert analyses["nan"].losses[th.Cell(*cell)] == float("inf")
+  analyses = {name: th.analyse(g, replicates=50) for name, g in read.items()}
+  assert analyses["nan"].losses[grids.Cell(*cell)] == float("inf")
   assert analyses["nan"].sensitivity[("dot", 64)] == pytest.approx(
       analyses["null"].sensitivity[("dot", 64)])
   # every number of the report, the bootstrap's included, as with null
@@ -116,15 +118,15 @@ def test_a_runs_folder_beside_a_sweep_grid_is_no_members_grid(tmp_path):
   fake.write_run(path, MAIN, LRS, "dot", 16, 1e-3, [2.0, 2.0])
   fake.write_run(path, MAIN, LRS, "dot", 16, 1e-2, [2.5, 2.5])
   (path / "runs").mkdir()  # a scratch folder of the same name, beside the grid
-  grid = th.read_grid(str(path), MAIN, LRS)
+  grid = grids.read_grid(str(path), MAIN, LRS)
   # It read every cell as missing, and the report said nothing.
-  assert {r.cell for r in grid.records} == {th.Cell("dot", 16, 1e-3), th.Cell("dot", 16, 1e-2)}
+  assert {r.cell for r in grid.records} == {grids.Cell("dot", 16, 1e-3), grids.Cell("dot", 16, 1e-2)}
   assert len(grid.missing) == 2 * 3 * 6 - 2
   # A run folder of the plan in both layouts is one line naming both.
-  members_run = workdir_lib.Workdir(str(path)).run(th.config_lib.Arm.of("dot", 16))
+  members_run = workdir_lib.Workdir(str(path)).run(config_lib.Arm.of("dot", 16))
   os.makedirs(members_run.path)
   with pytest.raises(ValueError) as info:
-    th.read_grid(str(path), MAIN, LRS)
+    grids.read_grid(str(path), MAIN, LRS)
   message = str(info.value)
   assert members_run.path in message and "learning_rate=0.001" in message
   assert "\n" not in message

@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
+from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir as workdir_lib
 from attention_jax import files
 from attention_jax.training.metrics_log import MetricsLog
@@ -22,15 +23,15 @@ def as_members(grid_path, out, plan=MAIN, lrs=LRS):
   of every learning rate's run, values outer (the trainer's member order),
   each naming its learning rate; its config.json that of `--members`."""
   grid, members = workdir_lib.Workdir(str(grid_path)), workdir_lib.Workdir(str(out))
-  cfg = th.members_config(plan, lrs)
+  cfg = grids.members_config(plan, lrs)
   for arm in cfg.sweep():
     run = members.run(arm)
     os.makedirs(run.path)
     assert workdir_lib.check_run(run, workdir_lib.fingerprint(cfg, arm)) is None
     lines, rows = [], []
-    for point in th.config_lib.grid(plan, ((th.AXIS, lrs),)):
+    for point in config_lib.grid(plan, ((grids.AXIS, lrs),)):
       alone = grid.point(point).run(arm)
-      lr = {th.AXIS: point.values[th.AXIS]}
+      lr = {grids.AXIS: point.values[grids.AXIS]}
       lines += [{"step": r["step"], "seed": r["seed"], **lr, **r}
                 for r in MetricsLog(alone.metrics, write=False).read()]
       rows += [{**r, **lr} for r in alone.rows()] if alone.finished else []
@@ -43,13 +44,13 @@ def as_members(grid_path, out, plan=MAIN, lrs=LRS):
 def test_a_members_grid_is_read_as_the_sweep_grid_of_the_same_runs(tmp_path):
   fake.write_main(tmp_path / "grid", partial={("scaled_dot", 16, 1e-2)})
   as_members(tmp_path / "grid", tmp_path / "members")
-  assert th.is_members_workdir(str(tmp_path / "members"), MAIN, LRS)
-  assert not th.is_members_workdir(str(tmp_path / "grid"), MAIN, LRS)
-  grid = th.read_grid(str(tmp_path / "grid"), MAIN, LRS)
-  members = th.read_grid(str(tmp_path / "members"), MAIN, LRS)
+  assert grids.is_members_workdir(str(tmp_path / "members"), MAIN, LRS)
+  assert not grids.is_members_workdir(str(tmp_path / "grid"), MAIN, LRS)
+  grid = grids.read_grid(str(tmp_path / "grid"), MAIN, LRS)
+  members = grids.read_grid(str(tmp_path / "members"), MAIN, LRS)
   # The unfinished run leaves every learning rate of its members run without a
   # result row; a cell's outcome is its last validation, which the others have.
-  assert grid.missing == (th.Cell("scaled_dot", 16, 1e-2),)
+  assert grid.missing == (grids.Cell("scaled_dot", 16, 1e-2),)
   assert set(members.missing) == set(grid.missing)
   key = lambda r: (r.cell, r.seed)
   finished = {key(r): r for r in grid.records}
@@ -68,4 +69,4 @@ def test_a_members_run_of_another_list_is_refused_naming_its_config(tmp_path):
   fake.write_main(tmp_path / "grid")
   as_members(tmp_path / "grid", tmp_path / "members")
   with pytest.raises(ValueError, match="config.json|members"):
-    th.read_grid(str(tmp_path / "members"), MAIN, LRS[:-1])
+    grids.read_grid(str(tmp_path / "members"), MAIN, LRS[:-1])

@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
 from attention_jax.sweep import config as config_lib
 from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
 from tests.lr_threshold.test_threshold import write_run
@@ -43,7 +44,7 @@ def _records(score, dim, losses, saturated=(), diverged=()):
   for lr, loss in losses.items():
     for seed in (0, 1):
       bad = lr in diverged
-      out.append(th.Record(score, dim, lr, seed, math.inf if bad else loss, bad, None,
+      out.append(grids.Record(score, dim, lr, seed, math.inf if bad else loss, bad, None,
                            {th.SATURATION_KEY: 0.9 if lr in saturated else 0.1}))
   return out
 
@@ -55,7 +56,7 @@ def _analysis(curves):
     records += _records(score, dim, losses, saturated)
     rates[(score, dim)] = tuple(sorted(losses))
   scores = tuple(dict.fromkeys(s for s, _ in curves))
-  grid = th.Grid(tuple(records), (), {s: tuple(sorted({lr for (t, _), v in rates.items()
+  grid = grids.Grid(tuple(records), (), {s: tuple(sorted({lr for (t, _), v in rates.items()
                                                          if t == s for lr in v}))
                                       for s in scores},
                  {s: tuple(sorted(d for t, d in rates if t == s)) for s in scores},
@@ -101,15 +102,15 @@ def test_the_rule_extends_first_then_refines_to_one_ladder_step():
 def test_a_curve_with_a_rate_not_yet_known_asks_for_nothing():
   a = _analysis({("scaled_dot", 16): (_rising(1e-3, 3.2e-3), ())})
   g = a.grid
-  partial = th.Grid(tuple(r for r in g.records if r.lr != 3.2e-2),
-                    (th.Cell("scaled_dot", 16, 3.2e-2),), g.learning_rates, g.dims,
+  partial = grids.Grid(tuple(r for r in g.records if r.lr != 3.2e-2),
+                    (grids.Cell("scaled_dot", 16, 3.2e-2),), g.learning_rates, g.dims,
                     g.vocab_size, g.steps, g.cell_rates)
   assert th.plan_next(th.analyse(partial, replicates=10)) == {}
 
 
 def test_the_attention_rule():
   # Mean over seeds above one half; a diverged seed counts as saturated.
-  rec = lambda share, diverged=False: th.Record("dot", 16, 1e-3, 0, math.inf if diverged else 2.0,
+  rec = lambda share, diverged=False: grids.Record("dot", 16, 1e-3, 0, math.inf if diverged else 2.0,
                                                 diverged, None, {th.SATURATION_KEY: share})
   assert th.cell_saturates([rec(0.6), rec(0.5)]) is True
   assert th.cell_saturates([rec(0.5), rec(0.5)]) is False
@@ -136,12 +137,12 @@ def test_the_premise_workdir_reads_as_one_grid_and_plans_from_the_command_line(t
     for dim in CFG.dims:
       for lr in COARSE:
         mean = _rising(1e-3, 3.2e-3)[lr]
-        write_run(root / th.COARSE, CFG, COARSE, score, dim, lr, [mean, mean])
+        write_run(root / grids.COARSE, CFG, COARSE, score, dim, lr, [mean, mean])
   # One refinement already run for (dot, 64): its workdir of extra rates.
   extra = (1.8e-3,)
-  write_run(root / th.EXTRA / th.extra_name("dot", 64), CFG.replace(arms=("dot",), dims=(64,)),
+  write_run(root / grids.EXTRA / grids.extra_name("dot", 64), CFG.replace(arms=("dot",), dims=(64,)),
             extra, "dot", 64, 1.8e-3, [2.0 + MARGIN / 4] * 2)
-  grid = th.read_premise(str(root), CFG)
+  grid = grids.read_premise(str(root), CFG)
   assert grid.missing == () and grid.planned("dot", 64) == tuple(sorted(COARSE + extra))
   assert grid.planned("dot", 16) == COARSE
   a = th.analyse(grid, replicates=10, bands=premise.BANDS)
@@ -158,6 +159,6 @@ def test_the_premise_workdir_reads_as_one_grid_and_plans_from_the_command_line(t
   assert not any(line.startswith("dot 64") for line in lines)
   assert len([line for line in lines if line]) == 8
   # A folder under extra/ that names no (score, d_k) of the plan is one line naming it.
-  os.makedirs(root / th.EXTRA / "dot_d999")
+  os.makedirs(root / grids.EXTRA / "dot_d999")
   with pytest.raises(ValueError, match="dot_d999"):
-    th.read_premise(str(root), CFG)
+    grids.read_premise(str(root), CFG)

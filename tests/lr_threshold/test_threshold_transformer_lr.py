@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import grids
 from experiments.lr_threshold import report as threshold_report
 from tests.lr_threshold import test_threshold as fake
 from tests.lr_threshold import test_threshold_members
 
-PLAN, LRS = th.preset_grids("transformer_lr", "pre")["main"]
+PLAN, LRS = grids.preset_grids("transformer_lr", "pre")["main"]
 # lr*(d) = C d^p, the slopes the preset's question compares (all inside the grid).
 LAW = {"dot": (0.128, -1.0), "scaled_dot": (0.032, -0.5), "inverse_dim": (3e-3, 0.0),
        "qk_norm": (2e-3, 0.0)}
@@ -53,8 +53,8 @@ def test_the_plan_is_every_score_at_every_rate_and_d_k_of_the_layer_norm_asked()
   assert PLAN.layer_norm == "pre" and PLAN.arms == ("dot", "scaled_dot", "inverse_dim",
                                                     "qk_norm")
   assert PLAN.dims == (16, 64, 256, 1024) and LRS == (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
-  assert set(th.preset_grids("transformer_lr")) == {"main"}
-  assert th.preset_grids("transformer_lr")["main"][0].layer_norm == "post"  # the preset's
+  assert set(grids.preset_grids("transformer_lr")) == {"main"}
+  assert grids.preset_grids("transformer_lr")["main"][0].layer_norm == "post"  # the preset's
 
 
 def test_the_slopes_of_all_four_scores_are_recovered(pre_grid):

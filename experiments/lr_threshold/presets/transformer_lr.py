@@ -51,7 +51,7 @@ training, and whether pre-LN moves the thresholds.
 
 from attention_jax.sweep.presets import transformer
 
-# The grid's learning rates (the commands above; `threshold.preset_grids`).
+# The grid's learning rates (the commands above; `grids.preset_grids`).
 LEARNING_RATES = (1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2)
 
 OVERRIDES = {
