@@ -1,9 +1,10 @@
 """`--workers`: a sweep's runs trained in parallel, one process per core, or
 per group of devices.
 
-On a host of one device (CPU) each worker is pinned to a core
-(`use_one_core`). On a host of several GPUs the devices are split into one
-group per worker (`device_groups`): each worker process sees only its own
+On a CPU-only host each worker is pinned to a core (`use_one_core`). On a
+host of GPUs the devices are split into one group per worker
+(`device_groups`), or, with more workers than GPUs, several workers share
+each GPU (`gpu_share`): each worker process sees only its own
 (`CUDA_VISIBLE_DEVICES`; on CPU, the test's stand-in, its own number of host
 devices) and lays each run's members out on them as `--mesh` says. On a TPU
 VM each worker opens one chip of its own (`tpu_groups`), and the driver,
@@ -90,21 +91,28 @@ def device_groups(workers: int, platform: str, num_devices: int,
   """The environment of each of `workers` processes sharing this host's
   `num_devices` devices of `platform`: a group of `num_devices / workers`
   devices each, in order. GPU: `CUDA_VISIBLE_DEVICES`, numbered within the
-  driver's own (`environ`'s, where it sets one); CPU (several host devices,
-  as tests make them): the group's size as XLA's host device count. A
-  ValueError naming `--workers` where the devices do not split evenly, or on
-  a TPU, whose chips this project does not split between processes."""
+  driver's own (`environ`'s, where it sets one); where `workers` is a
+  multiple of the GPUs instead, `workers / num_devices` workers share each
+  GPU (`gpu_share`), so that one GPU can train several small runs at once.
+  CPU (several host devices, as tests make them): the group's size as XLA's
+  host device count. A ValueError naming `--workers` where the devices do
+  not split evenly, or on a TPU, whose chips this project does not split
+  between processes."""
   environ = os.environ if environ is None else environ
-  if workers < 1 or num_devices % workers:
+  share = gpu_share(workers, num_devices) if platform == "gpu" else 1
+  if workers < 1 or (share == 1 and num_devices % workers):
+    also = " or be a multiple of them (GPUs shared)" if platform == "gpu" else ""
     raise ValueError(f"`--workers` = {workers} must divide the {num_devices} devices of "
-                     "this host (one group of devices per worker process).")
-  size = num_devices // workers
+                     f"this host{also} (one group of devices per worker process).")
+  size = max(num_devices // workers, 1)
   if platform == "gpu":
     visible = [d.strip() for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
                if d.strip()] or [str(i) for i in range(num_devices)]
     if len(visible) != num_devices:
       raise ValueError(f"`--workers`: CUDA_VISIBLE_DEVICES names {len(visible)} devices but "
                        f"jax sees {num_devices}.")
+    if share > 1:  # worker i on GPU i // share, as many workers on each
+      return [{"CUDA_VISIBLE_DEVICES": visible[i // share]} for i in range(workers)]
     return [{"CUDA_VISIBLE_DEVICES": ",".join(visible[i * size:(i + 1) * size])}
             for i in range(workers)]
   if platform == "cpu":
@@ -117,6 +125,21 @@ def device_groups(workers: int, platform: str, num_devices: int,
                    "chooses before it opens any); use --workers=1 and `--mesh` (the members "
                    "of each run over every device).")
 
+
+
+def gpu_share(workers: int, num_devices: int) -> int:
+  """How many `--workers` processes share each of `num_devices` GPUs: 1
+  where the workers split the GPUs (or cannot be laid out at all), else
+  `workers / num_devices`. A run of the `gpu` preset does not fill an H200:
+  three times its members took 1.67 times its step (12 members 38.8 ms, 4
+  members 23.3 ms; results/gpu_h200/2026-11-27), so separate runs may share
+  one too. Whether processes sharing a GPU gain as members do has not been
+  measured on one. Each such worker allocates GPU memory as it needs it
+  (`XLA_PYTHON_CLIENT_PREALLOCATE=false`) and compiles on every host core,
+  where a worker of a CPU-only host is held to one core (`use_one_core`)."""
+  if workers > num_devices >= 1 and workers % num_devices == 0:
+    return workers // num_devices
+  return 1
 
 # High-bandwidth memory per chip, GiB, by jax's name of the TPU generation
 # (`jax._src.hardware_utils.TpuVersion`), as Cloud TPU's system-architecture
@@ -458,16 +481,19 @@ def device_mesh(cfg, scheme: str, devices: Sequence | None = None):
 
 
 def worker_groups(cfg, scheme: str):
-  """With `--workers` > 1 on a host of several devices: the environment of
-  each worker's group of devices and the bytes of memory each group has to
-  itself (None where the workers share the host's); (None, None) otherwise
-  (one device: a core per worker). A ValueError naming the flag, before any
-  work, where the devices do not split, or the members or batches do not
-  split over a group.
+  """With `--workers` > 1 on a host of several devices, or of GPUs: the
+  environment of each worker's group of devices and the bytes of memory
+  each group has to itself (None where the workers share the host's);
+  (None, None) otherwise (a CPU: a core per worker). A ValueError naming
+  the flag, before any work, where the devices do not split, or the members
+  or batches do not split over a group.
 
   GPUs (`workers.device_groups`): the driver only counts them; it starts its
   client without taking their memory, which the workers will
-  (`XLA_PYTHON_CLIENT_PREALLOCATE` of the command line, if any, is theirs).
+  (`XLA_PYTHON_CLIENT_PREALLOCATE` of the command line, if any, is theirs;
+  else jax's default where each worker has its GPUs to itself, and no
+  preallocation where several share one, each checked against its share of
+  the GPU's memory).
   A TPU VM (`workers.tpu_groups`, one chip per worker): the driver counts
   the chips without opening any (libtpu gives a chip to one process) and
   runs on the CPU itself; each worker is held to the TPU (`JAX_PLATFORMS`),
@@ -494,20 +520,22 @@ def worker_groups(cfg, scheme: str):
   user_preallocate = os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE")
   os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   devices = jax.devices()
-  if len(devices) == 1:
+  platform = devices[0].platform
+  if len(devices) == 1 and platform == "cpu":
     return None, None
   if jax.process_count() > 1:
     raise ValueError(_with_processes(cfg))
-  groups = device_groups(cfg.workers, devices[0].platform, len(devices))
-  device_mesh(cfg, scheme, devices[:len(devices) // cfg.workers])
+  groups = device_groups(cfg.workers, platform, len(devices))
+  share = gpu_share(cfg.workers, len(devices)) if platform == "gpu" else 1
+  device_mesh(cfg, scheme, devices[:max(len(devices) // cfg.workers, 1)])
   for environment in groups:  # the command line's choice, else jax's default
     environment["XLA_PYTHON_CLIENT_PREALLOCATE"] = (
-        "true" if user_preallocate is None else user_preallocate)
+        "true" if user_preallocate is None and share == 1 else user_preallocate or "false")
   # GPUs: each group has its devices' memory to itself (the state is checked
-  # against one device's: a data-parallel layout holds it on each). Host
-  # devices (the tests' stand-in) share the host's.
-  own = devices[0].platform != "cpu"
-  return groups, (memory.training_memory() if own else None)
+  # against one device's: a data-parallel layout holds it on each), or its
+  # share of one GPU's. Host devices (the tests' stand-in) share the host's.
+  own = platform != "cpu"
+  return groups, (memory.training_memory() // share if own else None)
 
 
 def check_before_connecting(cfg, num_processes: int | None) -> None:

@@ -176,6 +176,49 @@ def test_device_groups_split_the_gpus_in_order(workers_count, environ, visible):
   assert len(named) == len(set(named)) == 8
 
 
+@pytest.mark.parametrize("workers_count, devices, environ, visible", [
+    (4, 1, {}, ["0"] * 4),
+    (3, 1, {"CUDA_VISIBLE_DEVICES": "5"}, ["5"] * 3),  # the driver's own GPU
+    (4, 2, {}, ["0", "0", "1", "1"]),
+    (6, 2, {"CUDA_VISIBLE_DEVICES": "2,7"}, ["2", "2", "2", "7", "7", "7"])])
+def test_more_workers_than_gpus_share_each_gpu_evenly(workers_count, devices, environ, visible):
+  groups = workers.device_groups(workers_count, "gpu", devices, environ=environ)
+  assert [g["CUDA_VISIBLE_DEVICES"] for g in groups] == visible
+  assert workers.gpu_share(workers_count, devices) == workers_count // devices
+
+
+def test_gpu_share_is_one_where_the_workers_split_the_gpus():
+  assert [workers.gpu_share(w, 8) for w in (1, 2, 4, 8, 16, 12)] == [1, 1, 1, 1, 2, 1]
+  assert workers.gpu_share(3, 1) == 3 and workers.gpu_share(1, 1) == 1
+
+
+class _FakeDevice:
+  def __init__(self, platform):
+    self.platform = platform
+
+
+@pytest.mark.parametrize("user, expected", [(None, "false"), ("false", "false"),
+                                            ("true", "true")])
+def test_workers_sharing_one_gpu_preallocate_nothing_and_get_its_memory_shared(
+    monkeypatch, user, expected):
+  import jax  # pylint: disable=g-import-not-at-top
+  from attention_jax.sweep import config  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import memory  # pylint: disable=g-import-not-at-top
+  monkeypatch.setattr(jax, "devices", lambda: [_FakeDevice("gpu")])
+  monkeypatch.setattr(memory, "training_memory", lambda: 120 * 2**30)
+  monkeypatch.setattr(workers.host_memory, "requested_platforms", lambda: ("cuda",))
+  monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+  if user is None:
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+  else:
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", user)
+  groups, group_memory = workers.worker_groups(config.from_preset("smoke", workers=3), "auto")
+  # Three workers on the one GPU, none pinned to a core (an environment each),
+  # each checked against a third of its memory.
+  assert groups == [{"CUDA_VISIBLE_DEVICES": "0", "XLA_PYTHON_CLIENT_PREALLOCATE": expected}] * 3
+  assert group_memory == 40 * 2**30
+
+
 def test_device_groups_on_cpu_set_the_host_device_count_and_keep_other_flags():
   environ = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8 --xla_dump_to=x"}
   groups = workers.device_groups(2, "cpu", 8, environ=environ)
@@ -183,7 +226,10 @@ def test_device_groups_on_cpu_set_the_host_device_count_and_keep_other_flags():
 
 
 @pytest.mark.parametrize("args, environ, match", [
-    ((3, "gpu", 8), {}, r"^`--workers` = 3 must divide the 8 devices of this host"),
+    ((3, "gpu", 8), {}, r"^`--workers` = 3 must divide the 8 devices of this host or be a "
+                        r"multiple of them \(GPUs shared\)"),
+    ((3, "gpu", 2), {}, r"^`--workers` = 3 must divide the 2 devices"),
+    ((3, "cpu", 8), {}, r"^`--workers` = 3 must divide the 8 devices of this host \(one"),
     ((0, "gpu", 8), {}, r"^`--workers` = 0 must divide"),
     ((2, "gpu", 8), {"CUDA_VISIBLE_DEVICES": "0,1"},
      r"^`--workers`: CUDA_VISIBLE_DEVICES names 2 devices but jax sees 8"),
