@@ -14,13 +14,14 @@
 #              already in benchmark.jsonl (the workdir's, or GPU_STATE's when
 #              the machine is fresh) are skipped, and it stops between cases
 #              at BENCH_MINUTES   -> benchmark.jsonl, benchmark.md, plots.tar.gz
-#   calibrate  experiments.calibration --preset=gpu: step and
+#   calibrate  experiments.calibration --preset=$SWEEP_PRESET: step and
 #              evaluation times of two cells, and the sweep's --steps, --dims
 #              and --eval_every sized for 3 pieces  -> calibration.json,
 #              calibration.md (with --steps_only: calibration_steps.json/.md,
 #              each cell's training step only)
-#   sweep      experiments.ablation --preset=gpu, one piece of SWEEP_MINUTES,
-#              with the plan of GPU_STATE/calibration.json where there is one;
+#   sweep      experiments.ablation --preset=$SWEEP_PRESET, one piece of
+#              SWEEP_MINUTES, with the plan of GPU_STATE/calibration.json where
+#              there is one calibrated for that preset;
 #              finished cells, and the newest checkpoint of each cell cut by
 #              the piece's end (where the archive stays under SWEEP_STATE_MIB),
 #              come back in sweep_state.tar.gz, which the next call takes from
@@ -48,6 +49,9 @@
 #                  later SIGKILL, and its files are collected all the same
 #   BENCH_MINUTES  the benchmark's --max_minutes (default 6.5)
 #   SWEEP_MINUTES  the sweep piece's --max_minutes (default 7)
+#   SWEEP_PRESET   the preset of the calibrate and sweep stages (default gpu;
+#                  `quick` runs the CPU table's recipe unchanged on the GPU);
+#                  the sweep's workdir is runs/gpu for gpu, else runs/gpu_PRESET
 #   SWEEP_STATE_MIB  the largest sweep_state.tar.gz with checkpoints (default
 #                  6: it is carried back in GPU_STATE, within the 8 MiB that
 #                  scripts/gpu_bundle.sh keeps for it); a larger one is made
@@ -76,6 +80,9 @@ stage_minutes="${STAGE_MINUTES:-8}"
 bench_minutes="${BENCH_MINUTES:-6.5}"
 sweep_minutes="${SWEEP_MINUTES:-7}"
 sweep_state_mib="${SWEEP_STATE_MIB:-6}"
+sweep_preset="${SWEEP_PRESET:-gpu}"
+[[ "$sweep_preset" =~ ^[a-z0-9_]+$ ]] \
+  || die "SWEEP_PRESET must be a preset's name (letters, digits, _), got '$sweep_preset'."
 for v in STAGE_MINUTES:"$stage_minutes" BENCH_MINUTES:"$bench_minutes" \
          SWEEP_MINUTES:"$sweep_minutes"; do
   is_minutes "${v#*:}" || die "${v%%:*} must be a number of minutes > 0, got '${v#*:}'."
@@ -123,6 +130,8 @@ except (OSError, subprocess.SubprocessError):
 print(f"nvidia-smi: {smi}")
 print(f"jax {jax.__version__}, jaxlib {jaxlib.__version__}, flax {flax.__version__}, "
       f"backend {jax.default_backend()}, devices {jax.devices()}")
+# float32 matmuls on a GPU are TF32 unless this says "highest" (JAX_DEFAULT_MATMUL_PRECISION)
+print(f"default matmul precision: {jax.config.jax_default_matmul_precision or 'default'}")
 EOF
 echo "$versions" >> "$out/device.txt"
 cat "$out/device.txt"
@@ -216,7 +225,7 @@ case "$stage" in
     ;;
   calibrate)
     workdir="$runs/gpu_calibration"
-    flags=(--preset=gpu --workdir="$workdir" --pieces=3 --piece_minutes="$sweep_minutes")
+    flags=(--preset="$sweep_preset" --workdir="$workdir" --pieces=3 --piece_minutes="$sweep_minutes")
     if [ "$toy" = 1 ]; then
       # The toy's plan only exercises the path: a shared 2-core CPU compiles
       # for minutes, so the toy sizes itself against an hour (capped at --steps=6).
@@ -227,24 +236,33 @@ case "$stage" in
     ;;
   sweep)
     workdir="$runs/gpu"
-    flags=(--preset=gpu --max_minutes="$sweep_minutes")
+    [ "$sweep_preset" = gpu ] || workdir="$runs/gpu_$sweep_preset"
+    flags=(--preset="$sweep_preset" --max_minutes="$sweep_minutes")
     if [ "$toy" = 1 ]; then
       workdir="$runs/gpu_toy"
       flags+=("${toy_sweep[@]}")
     fi
     if [ -f "$state/calibration.json" ]; then
-      plan="$("$py" - "$state/calibration.json" <<'EOF'
+      plan="$("$py" - "$state/calibration.json" "$sweep_preset" <<'EOF'
 import json, sys
-plan = json.load(open(sys.argv[1]))["plan"]
+written = json.load(open(sys.argv[1]))
+if written.get("preset", "gpu") != sys.argv[2]:  # another preset's plan: not this sweep's
+  sys.exit(0)
+plan = written["plan"]
 if not plan["fits"]:
   sys.exit(f"error: the calibration says the sweep does not fit ({plan['steps']} steps "
            f"for dims {plan['dims']}); see calibration.md")
 print(" ".join(plan["flags"]))
 EOF
 )" || exit 2
-      read -r -a plan_flags <<< "$plan"
-      flags+=("${plan_flags[@]}")
-      echo "plan from $state/calibration.json: ${plan_flags[*]}" | tee -a "$log"
+      if [ -n "$plan" ]; then
+        read -r -a plan_flags <<< "$plan"
+        flags+=("${plan_flags[@]}")
+        echo "plan from $state/calibration.json: ${plan_flags[*]}" | tee -a "$log"
+      else
+        echo "$state/calibration.json is another preset's plan: --preset=$sweep_preset" \
+          "runs as the preset says" | tee -a "$log"
+      fi
     fi
     mkdir -p "$workdir"
     # A fresh machine: the cells an earlier call finished (never replacing files here).

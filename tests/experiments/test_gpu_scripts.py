@@ -355,6 +355,28 @@ def test_a_killed_sweep_piece_returns_its_state_and_a_fresh_machine_resumes_from
   assert not (tmp_path / "out3" / "run.log").exists()
 
 
+def test_a_sweep_of_another_preset_runs_it_unchanged_in_its_own_workdir(tmp_path):
+  # The quick table's recipe on the GPU: no plan sized for the gpu preset applies to it.
+  env = _stand_in(tmp_path, FAKE_EXIT="0", SWEEP_PRESET="quick")
+  (tmp_path / "state").mkdir()
+  (tmp_path / "state" / "calibration.json").write_text(json.dumps({"preset": "gpu", "plan": {
+      "fits": True, "steps": 1500, "dims": [128], "flags": ["--steps=1500", "--dims=128"]}}))
+  p, _ = _stage(env, "sweep", tmp_path / "out")
+  assert p.returncode == 0, (p.stdout, p.stderr)
+  log = (tmp_path / "out" / "run.log").read_text()
+  assert "another preset's plan: --preset=quick runs as the preset says" in log
+  assert "--preset=quick --max_minutes=7 --workdir=" + str(tmp_path / "runs" / "gpu_quick") in log
+  assert "--steps=1500" not in log
+  assert (tmp_path / "runs" / "gpu_quick" / "results.jsonl").exists()
+  # Its own calibration's plan would apply (a calibration names its preset).
+  (tmp_path / "state" / "calibration.json").write_text(json.dumps({"preset": "quick", "plan": {
+      "fits": True, "steps": 1500, "dims": [128], "flags": ["--steps=1500"]}}))
+  p, _ = _stage(env, "sweep", tmp_path / "out2")
+  assert "--preset=quick --max_minutes=7 --steps=1500" in (tmp_path / "out2" / "run.log").read_text()
+  p, _ = _stage({**env, "SWEEP_PRESET": "../x"}, "sweep", tmp_path / "out3")
+  assert p.returncode == 2 and p.stderr.count("\n") == 1 and "SWEEP_PRESET" in p.stderr
+
+
 @pytest.mark.parametrize("stage", ["bench", "sweep"])
 def test_a_stage_stopped_by_its_max_minutes_exits_75_and_keeps_everything(tmp_path, stage):
   # Its driver stopped at --max_minutes (exit 75, nothing lost): the stage said
