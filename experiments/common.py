@@ -96,8 +96,8 @@ def define_field_flags(cls, skip: tuple[str, ...] = (),
                        flag_values: flags.FlagValues = FLAGS) -> None:
   """A flag per field of the dataclass `cls` (but `skip`), named as the field,
   its help from the field's metadata (`help`, with the dataclass default where
-  there is one) and its default None ("take it from the preset"): an integer or
-  float flag for such a field (or one that may be None), an enum for a field
+  there is one) and its default None ("take it from the preset"): a boolean,
+  integer or float flag for such a field (or one that may be None), an enum for a field
   whose metadata lists `choices`, else a string (a tuple field's is
   comma-separated, `parse_list`), in `flag_values`."""
   hints = typing.get_type_hints(cls)
@@ -111,6 +111,8 @@ def define_field_flags(cls, skip: tuple[str, ...] = (),
     if field.metadata.get("choices"):
       flags.DEFINE_enum(field.name, None, list(field.metadata["choices"]), help_text,
                         flag_values=flag_values)
+    elif kind is bool:
+      flags.DEFINE_boolean(field.name, None, help_text, flag_values=flag_values)
     elif kind is int:
       flags.DEFINE_integer(field.name, None, help_text, flag_values=flag_values)
     elif kind is float:

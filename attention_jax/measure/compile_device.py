@@ -182,7 +182,7 @@ def analyse(compiled, target: compile_targets.Target, pallas: dict | None = None
   """What XLA says of a compiled program (per device, where it spans
   several): its memory analysis and whether it fits the target's memory, the
   target's own cost analysis where it gives one, the fused attention kernel,
-  and the loop-aware FLOPs, bytes, kernels and loop iterations with the
+  the kernels that only rearrange data (`hlo.layout_copies`), and the loop-aware FLOPs, bytes, kernels and loop iterations with the
   roofline and predicted time (`cost_error` where the HLO could not be
   costed). `pallas`: the Pallas kernels' estimates from the program's jaxpr,
   added where the compiled program carries none (Triton)."""
@@ -202,6 +202,8 @@ def analyse(compiled, target: compile_targets.Target, pallas: dict | None = None
                target_optimal_seconds=own.get("optimal_seconds"))
   text = compiled.as_text()
   row["fused_attention"] = hlo.fused_attention_kernel(text)
+  copies = hlo.layout_copies(text)
+  row.update(layout_copies=copies["kernels"], layout_copy_bytes=copies["bytes"])
   try:
     modules = compiled.runtime_executable().hlo_modules()
     cost = hlo.loop_aware_cost(hlo.parsable(modules[0].to_string()), hlo.cpu_cost_analysis)

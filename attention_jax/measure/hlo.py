@@ -158,6 +158,40 @@ def parse_hlo(text: str) -> tuple[str, dict[str, Computation]]:
   return entry, comps
 
 
+# Instructions that only move data: a fusion made of these alone is a layout copy.
+_MOVES = frozenset({"parameter", "bitcast", "transpose", "copy", "tuple", "get-tuple-element"})
+_FUSION_CALLS = re.compile(r"\bcalls=%?([\w.\-]+)")
+
+
+def layout_copies(hlo_text: str) -> dict[str, int]:
+  """The kernels of the ENTRY computation of a compiled program that only
+  rearrange data (a `copy` or `transpose`, or a fusion of nothing else: what
+  XLA inserts where an operand's layout is not the one its user needs, e.g.
+  around a custom call that fixes its operands' layout), and the bytes they
+  move (each reads its result's size and writes it). Loop bodies are not
+  walked: the programs this is read for (one attention call, forward and
+  backward) have none. `{"kernels": n, "bytes": b}`."""
+  entry, comps = parse_hlo(hlo_text)
+  count = moved = 0
+  for line in comps[entry].lines[1:]:
+    m = _INSTRUCTION.match(line)
+    if not m:
+      continue
+    opcode = m.group(2)
+    if opcode == "fusion":
+      callee = _FUSION_CALLS.search(line)
+      body = comps.get(callee.group(1)) if callee else None
+      ops = [b.group(2) for b in map(_INSTRUCTION.match, body.lines[1:]) if b] if body else []
+      if not ops or not set(ops) <= _MOVES or not {"transpose", "copy"} & set(ops):
+        continue
+    elif opcode not in ("transpose", "copy"):
+      continue
+    count += 1
+    result = line.split("=", 1)[1].split(f" {opcode}(")[0]
+    moved += 2 * shapes_bytes(result)
+  return {"kernels": count, "bytes": moved}
+
+
 def counter_limit(condition_lines: Sequence[str]) -> int | None:
   """N when a loop condition is `counter < N` with N a constant: the trip
   count of a loop whose counter starts at 0 and steps by 1, as every

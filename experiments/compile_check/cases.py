@@ -86,14 +86,14 @@ def kernel_cases(seq_lens: Sequence[int], platform: str) -> list[Case]:
   the benchmark and the Transformer give it, so that `auto` can take cuDNN's
   fused kernel for it."""
   from attention_jax.measure import benchmarking as bm  # pylint: disable=g-import-not-at-top
-  impls = ("auto", "jax_cudnn") if platform == "cuda" else ("auto",)
+  impls = ("auto", "auto_bthd", "jax_cudnn") if platform == "cuda" else ("auto",)
   b, h, d = KERNEL_SHAPE["batch"], KERNEL_SHAPE["heads"], KERNEL_SHAPE["head_dim"]
   cases = []
   for t in seq_lens:
     for causal in (False, True):
       for mode in ("fwd", "fwd_bwd"):
         for impl in impls:
-          name = (f"{'scaled_dot auto' if impl == 'auto' else 'jax cudnn'} T={t}"
+          name = (f"{KERNEL_NAMES[impl]} T={t}"
                   f"{' causal' if causal else ''} {mode}")
           shapes = dict(impl=impl, batch=b, heads=h, seq_len=t, head_dim=d, causal=causal,
                         mode=mode, dtype="bfloat16")
@@ -102,6 +102,13 @@ def kernel_cases(seq_lens: Sequence[int], platform: str) -> list[Case]:
                             attention_flops=bm.attention_flops(
                                 b, h, t, t, d, causal=causal, backward=mode == "fwd_bwd")))
   return cases
+
+
+# The kernel cases' names: the library on its `[B, H, T, D]` arguments, the
+# library as its layers call it (the data held `[B, T, H, D]`, the head axis
+# swapped in as a view: `layers._split_heads`), and jax.nn's cuDNN call.
+KERNEL_NAMES = {"auto": "scaled_dot auto", "auto_bthd": "scaled_dot auto, layers' layout",
+                "jax_cudnn": "jax cudnn"}
 
 
 def _kernel_program(impl, b, h, t, d, causal, mode):
@@ -113,6 +120,12 @@ def _kernel_program(impl, b, h, t, d, causal, mode):
     def kernel(q, k, v):  # [B, H, T, D]
       return aj.attention(q, k, v, score="scaled_dot", causal=causal, implementation="auto")
     shape = (b, h, t, d)
+  elif impl == "auto_bthd":
+    def kernel(q, k, v):  # [B, T, H, D], as the multi-head layer holds its projections
+      heads = lambda x: jnp.swapaxes(x, 1, 2)
+      return heads(aj.attention(heads(q), heads(k), heads(v), score="scaled_dot",
+                                causal=causal, implementation="auto"))
+    shape = (b, t, h, d)
   else:
     kernel = functools.partial(jax.nn.dot_product_attention, is_causal=causal,
                                implementation="cudnn")

@@ -99,7 +99,9 @@ def sweep_table(rows: Sequence[Mapping[str, Any]], target: compile_targets.Targe
 
 def kernel_table(rows: Sequence[Mapping[str, Any]]) -> str:
   """Per kernel case: memory, predicted time and TFLOP/s by the benchmark's
-  FLOP count (FlashAttention convention), and the fused kernel if any."""
+  FLOP count (FlashAttention convention), the fused kernel if any, and the
+  kernels that only rearrange data with the bytes they move (– in rows
+  compiled before they were counted)."""
   body = []
   for r in rows:
     if r["program"] != "kernels":
@@ -108,13 +110,16 @@ def kernel_table(rows: Sequence[Mapping[str, Any]]) -> str:
       body.append([r["case"], f"error: {str(r.get('error', ''))[:100]}"])
       continue
     tflops = r.get("predicted_tflops")
+    copies = ("–" if r.get("layout_copies") is None else
+              f"{r['layout_copies']} ({format_gb(r.get('layout_copy_bytes'))} GB)")
     body.append([r["case"], format_gb(r.get("total_bytes")),
                   "yes" if r.get("fits") else "**no**", format_seconds(r.get("predicted_s")),
                   "–" if tflops is None else f"{tflops:.0f}",
-                  "yes" if r.get("fused_attention") == "cudnn" else "no"])
+                  "yes" if r.get("fused_attention") == "cudnn" else "no", copies])
   return tables.markdown(
-      ["case", "total GB", "fits", "predicted", "TFLOP/s (benchmark count)", "cuDNN"], body,
-      align=[None, "r", None, "r", "r", None], fill=True)
+      ["case", "total GB", "fits", "predicted", "TFLOP/s (benchmark count)", "cuDNN",
+       "layout copies (GB moved)"], body,
+      align=[None, "r", None, "r", "r", None, "r"], fill=True)
 
 
 def additive_table(rows: Sequence[Mapping[str, Any]]) -> str:

@@ -28,6 +28,8 @@ from experiments.kernels.settings import LIBRARY_SCORES
 
 # The library's two CPU code paths of scaled_dot, timed as impls of their own.
 _LIBRARY_PATHS = {"scaled_dot_plain": "plain", "scaled_dot_blockwise": "blockwise"}
+# scaled_dot on the layout the library's layers hold (`build_kernel`).
+LAYERS_LAYOUT = "scaled_dot_bthd"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,6 +91,16 @@ def score_of(impl: str) -> str:
 def build_kernel(impl: str, case: Case, params, library_implementation: str) -> Kernel:
   """The function timed for `impl` at `case`; raises Skip when it does not apply."""
   platform = jax.devices()[0].platform
+  if impl == LAYERS_LAYOUT:
+    # The library as its multi-head layer calls it: the projections held
+    # [B, T, H, D] and the head axis swapped in as a view (`layers._split_heads`).
+    # Compiled for an H100 this is jax.nn's own cuDNN program, where the
+    # [B, H, T, D] arguments of `scaled_dot` cost seven transposes forward and
+    # backward (results/compile_check/layout).
+    heads = lambda x: jnp.swapaxes(x, 1, 2)
+    return Kernel(lambda q, k, v: heads(aj.attention(
+        heads(q), heads(k), heads(v), score="scaled_dot", causal=case.causal,
+        implementation=library_implementation)), layout="bthd")
   if impl in LIBRARY_SCORES or impl in _LIBRARY_PATHS:
     score = score_of(impl)
     implementation = _LIBRARY_PATHS.get(impl, library_implementation)

@@ -194,9 +194,11 @@ def run(settings: Settings, write: Callable[[dict], None],
       continue
     timings, other_load, attempts = timing.time_ready(ready, settings, warmup=settings.warmup)
     device_peak = bm.peak_device_memory()
-    for impl, (row, _, _) in ready.items():
+    for impl, (row, call, _) in ready.items():
       tflops = case.flops / timings[impl].median_s / 1e12
+      device = ({} if not settings.device_timing or impl == "torch"
+                else timing.device_timing_fields(call, timings[impl].repeats, case.flops))
       write({**row, "status": "ok", **timing.timing_fields(timings[impl]), "tflops": tflops,
-             "pct_peak": None if not peak else 100 * tflops / peak,
+             "pct_peak": None if not peak else 100 * tflops / peak, **device,
              "peak_device_bytes": None if impl == "torch" else device_peak,
              "other_load_cores": other_load, "attempts": attempts})

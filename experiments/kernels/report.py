@@ -61,17 +61,22 @@ def markdown_tables(rows: list[dict], machine: dict[str, Any], command: str) -> 
 
 def _kernel_table(kernels: list[dict]) -> list[str]:
   """The kernels suite's table (one entry) and the time ratios under it, as report lines."""
+  # The profiler's device times, where any row has them (`--device_timing`).
+  device = any("device_time_median_s" in r for r in kernels)
   rows = []
   for r in kernels:
     status = r["status"] if r["status"] == "ok" else f"{r['status']}: {r.get('reason', '')[:60]}"
+    extra = ([fmt_time(r.get("device_time_median_s")), _fmt(r.get("device_tflops"), ".3f")]
+             if device else [])
     rows.append([r["impl"], r["mode"], r["dtype"], r["batch"], r["heads"], r["seq_len"],
                  r["head_dim"], r["causal"], fmt_time(r.get("time_median_s")),
-                 fmt_time(r.get("time_iqr_s")), _fmt(r.get("tflops"), ".3f"),
+                 fmt_time(r.get("time_iqr_s")), _fmt(r.get("tflops"), ".3f"), *extra,
                  _fmt(r.get("pct_peak"), ".1f"), fmt_bytes(r.get("temp_bytes")),
                  _fmt(r.get("other_load_cores"), ".2f"), status])
-  table = tables.markdown(["impl", "mode", "dtype", "B", "H", "T", "D", "causal", "median",
-                           "spread (IQR)", "TFLOP/s", "% peak", "temp memory", "other load",
-                           "status"], rows)
+  header = ["impl", "mode", "dtype", "B", "H", "T", "D", "causal", "median",
+            "spread (IQR)", "TFLOP/s"]
+  header += ["device median (profiler)", "device TFLOP/s"] if device else []
+  table = tables.markdown(header + ["% peak", "temp memory", "other load", "status"], rows)
   return [table.rstrip("\n"), ""] + ratio_lines(kernels) + [""]
 
 

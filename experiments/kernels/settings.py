@@ -24,8 +24,8 @@ SUITES = ("kernels", "additive", "models")
 # scaled_dot first, as the tables compare the others to it, then the rest in
 # the registry's order.
 LIBRARY_SCORES = tuple(dict.fromkeys(("scaled_dot",) + registry.FUNCTION_SCORES))
-IMPLS = LIBRARY_SCORES + ("scaled_dot_plain", "scaled_dot_blockwise", "naive", "jax_xla",
-                          "jax_cudnn", "nnx", "torch")
+IMPLS = LIBRARY_SCORES + ("scaled_dot_bthd", "scaled_dot_plain", "scaled_dot_blockwise",
+                          "naive", "jax_xla", "jax_cudnn", "nnx", "torch")
 MODES = ("fwd", "fwd_bwd")
 DTYPES = ("float32", "bfloat16", "float16")
 LIBRARY_IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise")
@@ -50,7 +50,8 @@ class Settings:
   # Kernel suite: the implementations and the sweep (every combination).
   impls: tuple[str, ...] = _setting(
       f"Kernel-suite implementations from {IMPLS}: the library's attention per score "
-      "(`implementation=--library_implementation`), scaled_dot_plain / "
+      "(`implementation=--library_implementation`), scaled_dot_bthd (scaled_dot on "
+      "[B, T, H, D] data, the head axis swapped in as the layers do), scaled_dot_plain / "
       "scaled_dot_blockwise (the library's two CPU paths), naive (float32 einsum "
       "reference), jax.nn.dot_product_attention (jax_xla, jax_cudnn: GPU, half "
       "precision), flax.nnx.dot_product_attention (nnx) and PyTorch's "
@@ -81,6 +82,10 @@ class Settings:
       "Retry a case's timing when other processes kept more than this many cores busy "
       "during it (CPU contention on shared machines; Linux only). The row records the "
       "load of the attempt kept.", None)
+  device_timing: bool = _setting(
+      "Kernel suite: also time each JAX program from the profiler's trace "
+      "(`measure.device_time`: per call, the device's first event to its last), beside the "
+      "host clock, which counts dispatch too.", False)
   load_retries: int = _setting("Retries per case under --max_other_load.", 4)
   load_retry_pause_s: float = _setting("Pause before such a retry.", 15.0)
   memory_limit_gb: float | None = _setting(
@@ -185,7 +190,8 @@ PRESETS: dict[str, Settings] = {
                     model_size="small"),
     # Accelerators: long sequences, both head sizes, both dtypes, causal or not.
     "gpu": Settings(suite=SUITES,
-                    impls=LIBRARY_SCORES + ("naive", "jax_xla", "jax_cudnn", "nnx"),
+                    impls=LIBRARY_SCORES + ("scaled_dot_bthd", "naive", "jax_xla", "jax_cudnn",
+                                            "nnx"),
                     seq_lens=(128, 256, 512, 1024, 2048, 4096, 8192, 16384),
                     head_dims=(64, 128), heads=(8, 16), batch=(4,), causal=(False, True),
                     dtypes=("bfloat16", "float32"), modes=MODES, repeats=20, warmup=3,
@@ -195,16 +201,18 @@ PRESETS: dict[str, Settings] = {
                     model_seq_len=64, model_seeds=4, model_size="base"),
     # The first GPU session's three targets in one device command (<= 7 minutes,
     # `gpu` above is 256 cases x 9 implementations, ~30): scaled_dot bf16 D = 128
-    # forward+backward through the library (`auto`: cuDNN), jax.nn's XLA and
-    # cuDNN kernels at T = 1k, 4k, 16k, causal or not (6 cases, 18 programs
-    # plus the float32 references), then Britz-base and Transformer-base
+    # forward+backward through the library (`auto`: cuDNN) on its [B, H, T, D]
+    # arguments and on the layers' [B, T, H, D] (`scaled_dot_bthd`, added after
+    # the first session), jax.nn's XLA and cuDNN kernels at T = 1k, 4k, 16k,
+    # causal or not (6 cases, 24 programs plus the float32 references), then
+    # Britz-base and Transformer-base
     # tokens/s with 4 seeds vmapped vs one (6 programs). Not yet timed on a GPU:
     # the 7 minutes assume <= 5 s per attention program (compile, check, 20
     # repeats within `time_budget_s`) and <= 60 s per model program (compile and
     # timing), i.e. ~2 + ~5 minutes; run it with --max_minutes so that a
     # slower machine stops between cases and the next call continues.
     "gpu_headline": Settings(suite=("kernels", "models"),
-                             impls=("scaled_dot", "jax_xla", "jax_cudnn"),
+                             impls=("scaled_dot", "scaled_dot_bthd", "jax_xla", "jax_cudnn"),
                              seq_lens=(1024, 4096, 16384), head_dims=(128,), heads=(16,),
                              batch=(4,), causal=(False, True), dtypes=("bfloat16",),
                              modes=("fwd_bwd",), repeats=20, warmup=3, time_budget_s=10.0,

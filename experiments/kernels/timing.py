@@ -7,12 +7,14 @@ then `time_ready` times them interleaved and says under which load.
 
 from __future__ import annotations
 
+import statistics
 import time
 from typing import Any, Callable, Mapping
 
 from absl import logging
 
 from attention_jax.measure import benchmarking as bm
+from attention_jax.measure import device_time
 from attention_jax.training import memory as memory_lib
 from experiments.kernels.settings import Settings
 
@@ -80,6 +82,18 @@ def time_ready(ready: Ready, settings: Settings, *, warmup: int):
                         settings.time_budget_s)
   return timed_with_retries({impl: call for impl, (_, call, _) in ready.items()}, settings,
                             warmup=warmup, repeats=repeats)
+
+
+def device_timing_fields(call: Callable[[], Any], repeats: int, flops: float) -> dict[str, Any]:
+  """The row fields of `call`'s device-side time (`device_time.device_seconds`,
+  `repeats` traced calls, each waited for, after one untraced): the median span and busy time,
+  the TFLOP/s of the median span, and whose events they are."""
+  import jax  # pylint: disable=g-import-not-at-top
+  times = device_time.device_seconds(lambda: jax.block_until_ready(call()), repeats)
+  span = statistics.median(times.spans_s)
+  return {"device_time_median_s": span, "device_busy_median_s": statistics.median(times.busy_s),
+          "device_time_repeats": len(times.spans_s), "device_time_source": times.source,
+          "device_tflops": flops / span / 1e12 if span > 0 else None}
 
 
 def timing_fields(timing: bm.Timing) -> dict[str, Any]:

@@ -200,6 +200,40 @@ def test_fused_attention_kernel_and_shapes_bytes():
   assert hlo.shapes_bytes("(bf16[4,512]{1,0}, pred[3], s32[])") == 4 * 512 * 2 + 3 + 4
 
 
+# An entry with a transpose fusion, a copy, a fusion that transposes and adds
+# (work, not a layout copy) and a bitcast (free).
+COPIES_MODULE = textwrap.dedent("""\
+    HloModule jit_f, entry_computation_layout={(bf16[2,3,4]{2,1,0})->bf16[2,4,3]{2,1,0}}
+
+    %move (p: bf16[2,3,4]) -> bf16[2,4,3] {
+      %p = bf16[2,3,4]{2,1,0} parameter(0)
+      %b = bf16[2,3,4]{2,1,0} bitcast(%p)
+      ROOT %t = bf16[2,4,3]{2,1,0} transpose(%b), dimensions={0,2,1}
+    }
+
+    %work (p: bf16[2,3,4]) -> bf16[2,4,3] {
+      %p = bf16[2,3,4]{2,1,0} parameter(0)
+      %t = bf16[2,4,3]{2,1,0} transpose(%p), dimensions={0,2,1}
+      ROOT %a = bf16[2,4,3]{2,1,0} add(%t, %t)
+    }
+
+    ENTRY %main (x: bf16[2,3,4]) -> bf16[2,4,3] {
+      %x = bf16[2,3,4]{2,1,0} parameter(0)
+      %f = bf16[2,4,3]{2,1,0} fusion(%x), kind=kLoop, calls=%move
+      %c = bf16[2,4,3]{1,2,0} copy(%f)
+      %w = bf16[2,4,3]{2,1,0} fusion(%x), kind=kLoop, calls=%work
+      %v = bf16[24]{0} bitcast(%w)
+      ROOT %r = bf16[2,4,3]{2,1,0} add(%c, %w)
+    }
+    """)
+
+
+def test_layout_copies_count_the_kernels_that_only_move_data_and_their_bytes():
+  # The transpose fusion and the copy, each reading and writing 24 bf16 values.
+  assert hlo.layout_copies(COPIES_MODULE) == {"kernels": 2, "bytes": 2 * 2 * 24 * 2}
+  assert hlo.layout_copies(MODULE) == {"kernels": 0, "bytes": 0}
+
+
 def test_h100_target_config_names_the_device():
   text = compile_targets.h100_target_config((9, 12), (13, 0))
   assert "core_count: 132" in text and "cuda_compute_capability { major: 9 minor: 0 }" in text
@@ -341,7 +375,7 @@ def test_cli_refuses_a_bad_flag_in_one_line_before_any_work(tmp_path):
 # vmapped); prints one JSON line of what it saw.
 _SCRIPT = textwrap.dedent("""\
     import json, os, sys
-    for key, value in __import__("experiments.compile_check.run").compile_check.ENVIRONMENT.items():
+    for key, value in __import__("experiments.compile_check.run").compile_check.run.ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     import jax, jax.numpy as jnp
     from attention_jax.measure import compile_device, compile_targets
@@ -428,6 +462,47 @@ def test_compiles_for_the_target_with_memory_and_flops(target):
     assert matmul["target_optimal_seconds"] > 0
 
 
+# The kernel cases at T = 512, forward+backward, compiled for the H100: the
+# layout copies of each, and the opcodes of each program's entry.
+_LAYOUT_SCRIPT = textwrap.dedent("""\
+    import collections, json, os, re
+    for key, value in __import__("experiments.compile_check.run").compile_check.run.ENVIRONMENT.items():
+        os.environ.setdefault(key, value)
+    from attention_jax.measure import compile_device, compile_targets, hlo
+    from experiments.compile_check import cases as compile_cases
+    target = compile_targets.TARGETS["h100"]
+    device = compile_device.target_device(target)
+    out = {}
+    for case in compile_cases.kernel_cases((512,), "cuda"):
+        if case.shapes["causal"] or case.shapes["mode"] != "fwd_bwd":
+            continue
+        row = compile_device.compile_case(case, target, device)
+        out[case.shapes["impl"]] = {k: row.get(k) for k in (
+            "status", "layout_copies", "layout_copy_bytes", "fused_attention", "kernels")}
+    print(json.dumps(out))
+    """)
+
+
+@pytest.mark.aot
+@pytest.mark.skipif(not os.path.exists(AOT_PYTHON),
+                    reason="no .venv-aot (bash scripts/aot_env.sh builds it)")
+def test_the_library_on_its_layers_layout_compiles_to_jax_cudnn_program_without_copies():
+  proc = subprocess.run([AOT_PYTHON, "-c", _LAYOUT_SCRIPT], cwd=ROOT, capture_output=True,
+                        text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = json.loads(proc.stdout.strip().splitlines()[-1])
+  assert {r["fused_attention"] for r in rows.values()} == {"cudnn"}
+  # [B, H, T, D] arguments: q, k, v and the cotangent transposed in, dq, dk, dv
+  # out, each [4, 16, 512, 128] bf16 read and written once.
+  tensor = 4 * 16 * 512 * 128 * 2
+  assert (rows["auto"]["layout_copies"], rows["auto"]["layout_copy_bytes"]) == (7, 7 * 2 * tensor)
+  # The layers' layout: no copy, the same kernels as jax.nn's own cuDNN call.
+  for impl in ("auto_bthd", "jax_cudnn"):
+    assert (rows[impl]["layout_copies"], rows[impl]["layout_copy_bytes"]) == (0, 0), impl
+  assert rows["auto_bthd"]["kernels"] == rows["jax_cudnn"]["kernels"]
+  assert rows["auto"]["kernels"] == rows["jax_cudnn"]["kernels"] + 7
+
+
 def test_every_row_names_its_code_versions_command_and_host():
   from attention_jax.measure import provenance
   p = compile_device.row_provenance("python -m experiments.compile_check.run --target=h100")
@@ -460,7 +535,7 @@ def test_program_tables_and_report_only(tmp_path):
   assert sweep[2] == ("| additive d=128 | 4.50 | yes | 989 | 1.00 ms | 30.00 ms | 90.00 ms | "
                       "17,000 | 480 | 6,000 | 9.0 min |")
   kernels = compile_tables.kernel_table(rows).splitlines()
-  assert kernels[2] == "| scaled_dot auto T=4096 fwd_bwd | 0.80 | yes | 2.00 ms | 962 | yes |"
+  assert kernels[2] == "| scaled_dot auto T=4096 fwd_bwd | 0.80 | yes | 2.00 ms | 962 | yes | – |"
   additive = compile_tables.additive_table(rows).splitlines()
   assert additive[2] == "| 2048 | 2.68 | 550.80 (does not fit) | 2.30 s | 1.15 s |"
   text = compile_tables.summary(rows, compile_targets.TARGETS["h100"])
@@ -479,7 +554,7 @@ def test_program_tables_and_report_only(tmp_path):
 # target; prints one JSON line: the rows, and what `auto` picks there.
 _ADDITIVE_SCRIPT = textwrap.dedent("""\
     import json, os, sys
-    for key, value in __import__("experiments.compile_check.run").compile_check.ENVIRONMENT.items():
+    for key, value in __import__("experiments.compile_check.run").compile_check.run.ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     import importlib
     import jax, jax.numpy as jnp
@@ -565,7 +640,7 @@ def test_pallas_additive_compiles_for_the_h100_at_sizes_off_the_blocks():
   # T = 300 failed to lower on an H200 before the chunk axis was padded.
   script = textwrap.dedent("""\
       import json, os, sys
-      for key, value in __import__("experiments.compile_check.run").compile_check.ENVIRONMENT.items():
+      for key, value in __import__("experiments.compile_check.run").compile_check.run.ENVIRONMENT.items():
           os.environ.setdefault(key, value)
       from attention_jax.measure import compile_device, compile_targets
       from experiments.compile_check import cases as compile_cases

@@ -211,7 +211,7 @@ def test_parse_options_chooses_the_programs_of_the_target():
 # rows and the hosts of every device.
 _SCRIPT = textwrap.dedent("""\
     import json, os, sys
-    for key, value in __import__("experiments.compile_check.run").compile_check.ENVIRONMENT.items():
+    for key, value in __import__("experiments.compile_check.run").compile_check.run.ENVIRONMENT.items():
         os.environ.setdefault(key, value)
     from attention_jax.measure import compile_device, compile_targets
     from experiments.compile_check import mesh as compile_mesh
@@ -265,7 +265,7 @@ def test_members_split_over_devices_compile_without_collectives(target):
 def test_the_v4_32_is_16_chips_over_4_hosts():
   script = textwrap.dedent("""\
       import json, os
-      for key, value in __import__("experiments.compile_check.run").compile_check.ENVIRONMENT.items():
+      for key, value in __import__("experiments.compile_check.run").compile_check.run.ENVIRONMENT.items():
           os.environ.setdefault(key, value)
       from attention_jax.measure import compile_device, compile_targets
       from experiments.compile_check import mesh as compile_mesh

@@ -142,6 +142,32 @@ def test_wrong_kernel_is_refused_and_missing_torch_is_skipped(monkeypatch):
   assert timed == ["scaled_dot"]  # only the correct kernel reached the timer
 
 
+def test_device_timing_adds_the_profilers_time_beside_the_host_clocks():
+  written = []
+  kernels.run(_tiny(suite=("kernels",), impls=("scaled_dot", "scaled_dot_bthd"), seq_lens=(32,),
+                    causal=(False,), modes=("fwd_bwd",), device_timing=True), written.append)
+  assert [r["status"] for r in written] == ["ok", "ok"]
+  for r in written:
+    assert r["device_time_source"] == "host XLA threads"  # this CPU has no device plane
+    assert 0 < r["device_busy_median_s"] <= r["device_time_median_s"]
+    assert r["device_tflops"] == pytest.approx(r["flops"] / r["device_time_median_s"] / 1e12)
+    assert r["device_time_repeats"] == r["repeats"]
+  written = []  # off by default: no profiler fields
+  kernels.run(_tiny(suite=("kernels",), impls=("scaled_dot",), seq_lens=(32,), causal=(False,),
+                    modes=("fwd",)), written.append)
+  assert not any(k.startswith("device_time") for k in written[0])
+
+
+def test_the_layers_layout_times_the_same_attention_as_the_library():
+  written = []
+  kernels.run(_tiny(suite=("kernels",), impls=("scaled_dot", "scaled_dot_bthd"), seq_lens=(16,),
+                    causal=(True,), modes=("fwd",)), written.append)
+  rows = {r["impl"]: r for r in written}
+  # Both checked against the same float32 reference, to the same error.
+  assert rows["scaled_dot_bthd"]["status"] == "ok"
+  assert rows["scaled_dot_bthd"]["max_abs_err"] == pytest.approx(rows["scaled_dot"]["max_abs_err"])
+
+
 def test_library_scores_come_from_the_registry():
   assert settings_lib.LIBRARY_SCORES[0] == "scaled_dot"
   assert sorted(settings_lib.LIBRARY_SCORES) == sorted(registry.FUNCTION_SCORES)
@@ -222,6 +248,7 @@ _FLAG_TYPES = {
     "additive_time_max_len": "int", "additive_max_len": "int", "model_batch": "int",
     "model_seq_len": "int", "model_seeds": "int", "model_size": "string enum",
     "models": "string", "model_vocab": "int", "model_steps": "int", "seed": "int",
+    "device_timing": "bool",
 }
 
 
