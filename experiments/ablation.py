@@ -30,8 +30,8 @@ import sys
 from absl import app
 from absl import flags
 
+from attention_jax.sweep import plan as plan_lib
 from experiments import common
-from experiments import calibration
 
 flags.DEFINE_string("arms", None, "Comma-separated arms (score functions) to compare; "
                     "default from the preset (additive,multiplicative,scaled_multiplicative).")
@@ -40,8 +40,8 @@ flags.DEFINE_multi_string(
     "sweep", [], "FIELD=V1,V2,...: also sweep this config field (repeat for a grid), "
     "e.g. --sweep=learning_rate=3e-4,1e-3,3e-3; each grid point is a workdir "
     "<workdir>/<field>=<value>; tables pivot the arms against the first axis.")
-flags.DEFINE_string("calibration", None, "calibration.json of experiments.kernels."
-                    "calibration for this preset: its plan's --steps, --eval_every and --dims "
+flags.DEFINE_string("calibration", None, "calibration.json of experiments.calibration "
+                    "for this preset: its plan's --steps, --eval_every and --dims "
                     "(each flag given here wins over it).")
 flags.DEFINE_bool("report_only", False, "Rewrite the tables and plots of --workdir from its "
                   "finished runs; train nothing.")
@@ -58,7 +58,7 @@ def planned(path: str | None, preset: str) -> dict:
   those given as flags: a flag wins over the plan as it does over the preset."""
   if path is None:
     return {}
-  fields = calibration.read_plan(path, preset)
+  fields = plan_lib.read_plan(path, preset)
   return {name: value for name, value in fields.items() if not FLAGS[name].present}
 
 

@@ -35,6 +35,12 @@ nothing copied by hand:
 (`read_plan`). On a machine without a per-command limit, size the plan for the
 time the whole sweep may take: `--pieces=1 --piece_minutes=MINUTES`.
 
+`--concurrent=N` also times each cell's training step with N copies of it
+training at once, each in a process of its own, as N `--workers` sharing one
+GPU do (`workers.gpu_share`); the plan then trains N cells at a time at that
+step and adds `--workers=N` to the sweep's flags. The arithmetic of the plan,
+and its reading back by the sweep, are `attention_jax.sweep.plan`.
+
 `--steps_only` times only the training step of each cell (no evaluation, no
 plan) and writes `calibration_steps.json` and `calibration_steps.md` instead,
 so a calibration.json a sweep reads is never replaced by one without a plan:
@@ -47,7 +53,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import statistics
 import sys
@@ -58,11 +63,8 @@ from absl import flags
 
 from attention_jax.analysis import tables
 from attention_jax.measure import benchmarking
+from attention_jax.sweep import plan as plan_lib
 from experiments import common
-
-# The share of a piece's minutes the plan fills: a cell's time on the device is
-# not known to better than this before the first sweep has run there.
-SAFETY = 0.8
 
 FLAGS = flags.FLAGS
 
@@ -82,27 +84,11 @@ def define_flags() -> None:
                       "preset).")
   flags.DEFINE_bool("steps_only", False, "Time only each cell's training step (no evaluation, no "
                     "plan); writes calibration_steps.json/.md.")
+  flags.DEFINE_integer("concurrent", 1, "Also time each cell's training step with this many "
+                       "copies of it training at once, each in its own process, as that many "
+                       "--workers sharing one device do; the plan then trains that many cells "
+                       "at a time at the step so measured.")
   common.define_flags()
-
-
-@dataclasses.dataclass(frozen=True)
-class CellTimes:
-  """Seconds measured for one (arm, dim) cell of the sweep (all seeds together)."""
-  arm: str
-  dim: int
-  build_s: float  # model and optimiser state created
-  first_step_s: float  # compilation and one step
-  step_s: float  # median of the timed steps
-  first_validation_s: float  # greedy BLEU + perplexity, compiling
-  validation_s: float  # the same again, compiled
-  first_test_batch_s: float  # one batch at the final beam, compiling
-  test_batch_s: float  # the same again
-  test_batch_sentences: int
-  # Choosing the evaluation batches before training (`check_memory`): where
-  # the cheap bound of a program's memory does not fit, it compiles the
-  # program, several times while it searches. Timed since a sweep's first
-  # cell on a GPU logged no step in 6 minutes (results/gpu_h200/2026-11-28).
-  batch_search_s: float = 0.0
 
 
 def parse_cells(text: str) -> tuple[tuple[str, int], ...]:
@@ -127,139 +113,12 @@ def default_cells(arms: tuple[str, ...], dims: tuple[int, ...]) -> tuple[tuple[s
   return (first,) if first == last else (first, last)
 
 
-def cell_seconds(times: CellTimes, steps: int, *, eval_every: int, test_sentences: int) -> float:
-  """Predicted seconds of one cell trained for `steps` and evaluated as the sweep does."""
-  validations = max(1, steps // eval_every)
-  test_batches = math.ceil(test_sentences / max(times.test_batch_sentences, 1))
-  compile_s = ((times.first_step_s - times.step_s)
-               + (times.first_validation_s - times.validation_s)
-               + (times.first_test_batch_s - times.test_batch_s))
-  return (times.build_s + times.batch_search_s + max(compile_s, 0.0) + steps * times.step_s
-          + validations * times.validation_s
-          + test_batches * times.test_batch_s + times.validation_s)  # + the final perplexity
-
-
-def steps_that_fit(times: CellTimes, cell_budget_s: float, *, eval_every: int,
-                   test_sentences: int, multiple: int) -> int:
-  """The most steps (a multiple of `multiple`) whose cell fits in `cell_budget_s`; 0 if none."""
-  fixed = cell_seconds(times, 0, eval_every=eval_every, test_sentences=test_sentences)
-  per_step = times.step_s + times.validation_s / eval_every
-  if per_step <= 0 or cell_budget_s <= fixed:
-    return 0
-  return int((cell_budget_s - fixed) / per_step) // multiple * multiple
-
-
-def plan(measured: list[CellTimes], *, arms: tuple[str, ...], dims: tuple[int, ...],
-         pieces: int, piece_minutes: float, eval_every: int, checkpoint_every: int,
-         test_sentences: int, min_steps: int, max_steps: int) -> dict[str, Any]:
-  """The sweep's steps and dimensions from the slowest measured cell (module docstring).
-
-  Steps never exceed `max_steps` (the preset's own length).
-  Returns a dict with `steps`, `dims`, `eval_every`, `cells_per_piece`,
-  `predicted_cell_s`, `fits` (False: even the two extreme dimensions leave
-  fewer than `min_steps`) and `flags` (for the sweep's command line).
-  """
-  if not measured:
-    raise ValueError("no cell was measured.")
-  if pieces < 1 or piece_minutes <= 0:
-    raise ValueError(f"`--pieces` must be >= 1 and `--piece_minutes` > 0, got {pieces}, "
-                     f"{piece_minutes}.")
-  slowest = max(measured, key=lambda t: cell_seconds(t, 1000, eval_every=eval_every,
-                                                     test_sentences=test_sentences))
-  dims = tuple(sorted(dims))
-  candidates = [dims]
-  middle = list(dims[1:-1])
-  while middle:  # drop the middle dimensions, the largest first
-    middle.pop()
-    candidates.append((dims[0], *middle, dims[-1]))
-  result = None
-  for candidate in candidates:
-    cells = len(arms) * len(candidate)
-    per_piece = math.ceil(cells / pieces)
-    budget = SAFETY * 60.0 * piece_minutes / per_piece
-    steps = min(max_steps, steps_that_fit(slowest, budget, eval_every=eval_every,
-                                          test_sentences=test_sentences,
-                                          multiple=checkpoint_every))
-    # Three validations per run (greedy, as the quick preset), at checkpoints.
-    every = max(checkpoint_every, steps // 3 // checkpoint_every * checkpoint_every)
-    steps = min(max_steps, steps_that_fit(slowest, budget, eval_every=every,
-                                          test_sentences=test_sentences,
-                                          multiple=checkpoint_every))
-    result = {"steps": steps, "dims": list(candidate), "eval_every": every,
-              "cells": cells, "cells_per_piece": per_piece, "pieces": pieces,
-              "piece_minutes": piece_minutes, "safety": SAFETY,
-              "slowest_cell": f"{slowest.arm}:{slowest.dim}",
-              "predicted_cell_s": round(cell_seconds(slowest, steps, eval_every=every,
-                                                     test_sentences=test_sentences), 1),
-              "fits": steps >= min_steps}
-    if result["fits"]:
-      break
-  result["flags"] = [f"--steps={result['steps']}", f"--eval_every={result['eval_every']}",
-                     "--dims=" + ",".join(str(d) for d in result["dims"])]
-  return result
-
-
-# The fields a sweep takes from a plan, as `--calibration` gives them to it.
-PLAN_FIELDS = ("steps", "eval_every", "dims")
-
-
-def _positive_int(value: Any) -> bool:
-  return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-def plan_fields(written: Any, preset: str, where: str) -> dict[str, Any]:
-  """The sweep's `steps`, `eval_every` and `dims` (comma-separated text, as the
-  flag takes it) from the parsed calibration.json `written`, checked: a plan
-  that does not fit, one measured for another preset, or a file that is no
-  plan raises a ValueError naming `where` (the flag and the file)."""
-  plan = written.get("plan") if isinstance(written, dict) else None
-  if not isinstance(plan, dict):
-    raise ValueError(f"{where} has no \"plan\": write it with "
-                     "`python -m experiments.calibration`.")
-  calibrated_for = written.get("preset")
-  if calibrated_for is not None and calibrated_for != preset:
-    raise ValueError(f"{where} was calibrated for --preset={calibrated_for}, not "
-                     f"--preset={preset}.")
-  if plan.get("fits") is False:
-    raise ValueError(f"{where}: the plan does not fit ({plan.get('steps')} steps for dims "
-                     f"{plan.get('dims')}); see its calibration.md.")
-  dims = plan.get("dims")
-  bad = [name for name, ok in (("steps", _positive_int(plan.get("steps"))),
-                               ("eval_every", _positive_int(plan.get("eval_every"))),
-                               ("dims", isinstance(dims, list) and bool(dims)
-                                and all(_positive_int(d) for d in dims)))
-         if not ok]
-  if bad or plan.get("fits") is not True:
-    what = ", ".join(bad) if bad else "fits"
-    raise ValueError(f"{where}: the plan's {what}: missing or not valid (steps and "
-                     "eval_every positive integers, dims a list of them, fits true).")
-  return {"steps": plan["steps"], "eval_every": plan["eval_every"],
-          "dims": ",".join(str(d) for d in dims)}
-
-
-def read_plan(path: str, preset: str, flag: str = "calibration") -> dict[str, Any]:
-  """`plan_fields` of the calibration.json at `path`; a file that is missing,
-  unreadable or not JSON raises a ValueError naming `--flag` and `path`, so
-  the driver stops with one line before any work."""
-  where = f"`--{flag}` {path}"
-  try:
-    with open(path, encoding="utf-8") as f:
-      text = f.read()
-  except (OSError, UnicodeDecodeError) as e:
-    raise ValueError(f"{where} cannot be read: {getattr(e, 'strerror', None) or e}.") from None
-  try:
-    written = json.loads(text)
-  except json.JSONDecodeError as e:
-    raise ValueError(f"{where} is not JSON ({e.msg}, line {e.lineno}).") from None
-  return plan_fields(written, preset, where)
-
-
 def _timed(fn: Callable[[], Any]) -> float:
   return benchmarking.timed(fn)[1]
 
 
 def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
-                 log: Callable[[str], None] = print, steps_only: bool = False) -> CellTimes:
+                 log: Callable[[str], None] = print, steps_only: bool = False) -> plan_lib.CellTimes:
   """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`).
 
   `steps_only`: the evaluation fields are 0 (not measured)."""
@@ -294,43 +153,130 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
   else:
     first_validation_s, validation_s = _timed(validation), _timed(validation)
     first_test_batch_s, test_batch_s = _timed(test), _timed(test)
-  times = CellTimes(arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
+  times = plan_lib.CellTimes(arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
                     step_s=statistics.median(step_times), first_validation_s=first_validation_s,
                     validation_s=validation_s, first_test_batch_s=first_test_batch_s,
                     test_batch_s=test_batch_s, test_batch_sentences=per_batch,
                     batch_search_s=batch_search_s)
   log(f"[{arm_name}:{dim}] " + ", ".join(
-      f"{k} {v:.4f}" for k, v in dataclasses.asdict(times).items() if k.endswith("_s")))
+      f"{k} {v:.4f}" for k, v in dataclasses.asdict(times).items()
+      if k.endswith("_s") and v is not None))
   return times
 
 
-def markdown(measured: list[CellTimes], result: dict[str, Any], settings: str) -> str:
+def _step_copy(cfg, arm_name: str, dim: int, steps: int, barrier, conn) -> None:
+  """One of `shared_steps`' processes: builds the cell's trainer and compiles
+  its step, waits for the others at `barrier`, then times `steps` steps;
+  sends (first step s, median step s), or ('error', one line)."""
+  try:
+    from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+    from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
+    from attention_jax.sweep import host_memory  # pylint: disable=g-import-not-at-top
+    from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
+    host_memory.keep_freed_memory()  # as a sweep's worker does, before JAX starts
+    trainer = train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)),
+                                        datasets.load_data(cfg))
+    batches = trainer.train_batches(0)
+
+    def train_step(i: int):
+      trainer.state = trainer.step(trainer.state.replace(step=i), next(batches))
+      return trainer.state.loss
+
+    first = benchmarking.time_steps(train_step, 1).wall_s[0]
+    barrier.wait(timeout=SHARED_WAIT_S)
+    times = benchmarking.time_steps(lambda i: train_step(i + 1), steps).wall_s
+    conn.send((first, statistics.median(times)))
+  except Exception as e:  # pylint: disable=broad-except
+    barrier.abort()  # the others stop waiting for this copy
+    conn.send(("error", f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
+
+
+# How long a copy waits for the others to compile before the timed steps.
+SHARED_WAIT_S = 900.0
+
+
+def shared_steps(cfg, arm_name: str, dim: int, steps: int, copies: int) -> tuple[float, float]:
+  """(slowest first step, median of the copies' median steps) of `copies`
+  copies of the cell training at once, each in a process of its own started
+  afresh (as `--workers` are: spawned, their own JAX), all timing their steps
+  together once every copy has compiled. A ValueError naming `--concurrent`
+  where a copy failed."""
+  import multiprocessing  # pylint: disable=g-import-not-at-top
+  ctx = multiprocessing.get_context("spawn")
+  barrier = ctx.Barrier(copies)
+  pipes, processes = [], []
+  for _ in range(copies):
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(target=_step_copy, args=(cfg, arm_name, dim, steps, barrier, child))
+    process.start()
+    child.close()
+    pipes.append(parent)
+    processes.append(process)
+  answers = []
+  for parent, process in zip(pipes, processes):
+    try:
+      answers.append(parent.recv())
+    except EOFError:
+      answers.append(("error", f"its process ended with status {process.exitcode}"))
+  for process in processes:
+    process.join(timeout=60)
+  failed = [a[1] for a in answers if a[0] == "error"]
+  if failed:
+    raise ValueError(f"`--concurrent` = {copies}: {len(failed)} of the copies of "
+                     f"{arm_name}:{dim} failed: {failed[0]}")
+  return max(a[0] for a in answers), statistics.median(a[1] for a in answers)
+
+
+def markdown(measured: list[plan_lib.CellTimes], result: dict[str, Any], settings: str) -> str:
   """calibration.md: the measurements and the plan."""
   header = ["cell", "build s", "batch search s", "first step s", "step ms",
-            "validation s (first)", "test batch s (first)"]
+            "validation s (first)", "test batch s (first)"] + _shared_header(measured)
   rows = [[f"{t.arm}:{t.dim}", f"{t.build_s:.1f}", f"{t.batch_search_s:.1f}",
            f"{t.first_step_s:.1f}", f"{1000 * t.step_s:.1f}",
            f"{t.validation_s:.1f} ({t.first_validation_s:.1f})",
-           f"{t.test_batch_s:.2f} ({t.first_test_batch_s:.1f})"] for t in measured]
+           f"{t.test_batch_s:.2f} ({t.first_test_batch_s:.1f})"] + _shared_cells(t)
+          for t in measured]
   lines = [f"# Sweep calibration\n\n{settings}\n",
-           tables.markdown(header, rows, align=[None] + ["r"] * 6, padded=True).rstrip("\n")]
+           tables.markdown(header, rows, align=[None] + ["r"] * (len(header) - 1),
+                           padded=True).rstrip("\n")]
   verdict = "fits" if result["fits"] else "does NOT fit: fewer steps than --min_steps"
   lines.append(
       f"\nPlan ({verdict}): {result['cells']} cells (dims {result['dims']}) in "
       f"{result['pieces']} pieces of {result['piece_minutes']:g} min x {result['safety']}, "
       f"{result['cells_per_piece']} cells each; slowest cell {result['slowest_cell']} predicted "
       f"{result['predicted_cell_s']:.0f} s at {result['steps']} steps (validation every "
-      f"{result['eval_every']}).\n\nSweep flags: `{' '.join(result['flags'])}`\n")
+      f"{result['eval_every']})"
+      + (f", {result['concurrent']} cells at a time" if result.get("concurrent", 1) > 1 else "")
+      + f".\n\nSweep flags: `{' '.join(result['flags'])}`\n")
   return "\n".join(lines)
 
 
-def steps_markdown(measured: list[CellTimes], settings: str) -> str:
+def _shared_header(measured: list[plan_lib.CellTimes]) -> list[str]:
+  """The columns of the step under sharing, where any cell was so measured."""
+  copies = max(t.concurrent for t in measured)
+  if copies <= 1:
+    return []
+  return [f"step ms, {copies} at once (first step s)", f"steps/s, {copies} at once vs one"]
+
+
+def _shared_cells(t: plan_lib.CellTimes) -> list[str]:
+  """A cell's step under sharing and the steps per second of all copies
+  against one alone (copies x alone / shared), or nothing where it was not
+  measured."""
+  if t.concurrent <= 1 or t.shared_step_s is None:
+    return []
+  return [f"{1000 * t.shared_step_s:.1f} ({t.shared_first_step_s:.1f})",
+          f"{t.concurrent * t.step_s / t.shared_step_s:.2f}x"]
+
+
+def steps_markdown(measured: list[plan_lib.CellTimes], settings: str) -> str:
   """calibration_steps.md: each cell's first step (compiling) and median step."""
   rows = [[f"{t.arm}:{t.dim}", f"{t.build_s:.1f}", f"{t.first_step_s:.1f}",
-           f"{1000 * t.step_s:.1f}"] for t in measured]
+           f"{1000 * t.step_s:.1f}"] + _shared_cells(t) for t in measured]
+  header = ["cell", "build s", "first step s", "step ms"] + _shared_header(measured)
   return (f"# Training steps of the sweep's cells\n\n{settings}\n\n"
-          + tables.markdown(["cell", "build s", "first step s", "step ms"], rows,
-                            align=[None, "r", "r", "r"], padded=True))
+          + tables.markdown(header, rows, align=[None] + ["r"] * (len(header) - 1),
+                            padded=True))
 
 
 def accelerator_note(backend: str) -> str | None:
@@ -364,17 +310,32 @@ def main(argv):
     if FLAGS.pieces < 1 or not FLAGS.piece_minutes > 0:
       raise ValueError(f"`--pieces` must be >= 1 and `--piece_minutes` > 0, got "
                        f"{FLAGS.pieces}, {FLAGS.piece_minutes}.")
+    if FLAGS.concurrent < 1:
+      raise ValueError(f"`--concurrent` must be >= 1, got {FLAGS.concurrent}.")
   except ValueError as e:
     sys.exit(f"error: {e}")
+  if FLAGS.concurrent > 1:  # the copies share the device with this process, as workers do
+    os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
   import jax  # pylint: disable=g-import-not-at-top
   note = accelerator_note(jax.default_backend())
   if note:
     print(note, flush=True)
   os.makedirs(FLAGS.workdir, exist_ok=True)
   data = datasets.load_data(cfg)
-  measured = [measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps,
-                           steps_only=FLAGS.steps_only)
-              for arm, dim in cells]
+  measured = []
+  for arm, dim in cells:
+    times = measure_cell(cfg, arm, dim, data, FLAGS.calibration_steps,
+                         steps_only=FLAGS.steps_only)
+    if FLAGS.concurrent > 1:
+      try:
+        first, step = shared_steps(cfg, arm, dim, FLAGS.calibration_steps, FLAGS.concurrent)
+      except ValueError as e:
+        sys.exit(f"error: {e}")
+      times = dataclasses.replace(times, concurrent=FLAGS.concurrent, shared_step_s=step,
+                                  shared_first_step_s=first)
+      print(f"[{arm}:{dim}] {FLAGS.concurrent} copies at once: step {1000 * step:.1f} ms "
+            f"(alone {1000 * times.step_s:.1f}), first step {first:.1f} s", flush=True)
+    measured.append(times)
   members = len(cfg.run_members())
   extra_members = f" x {cfg.members}" if cfg.members else ""
   settings = (f"preset {FLAGS.preset}, {members} members vmapped ({cfg.seeds} seeds"
@@ -393,10 +354,10 @@ def main(argv):
     return
   n_test = len(data.texts("test")[0])
   test_sentences = min(cfg.test_examples, n_test) if cfg.test_examples else n_test
-  result = plan(measured, arms=cfg.arms, dims=cfg.dims, pieces=FLAGS.pieces,
+  result = plan_lib.plan(measured, arms=cfg.arms, dims=cfg.dims, pieces=FLAGS.pieces,
                 piece_minutes=FLAGS.piece_minutes, eval_every=cfg.eval_every,
                 checkpoint_every=cfg.checkpoint_every, test_sentences=test_sentences,
-                min_steps=FLAGS.min_steps, max_steps=cfg.steps)
+                min_steps=FLAGS.min_steps, max_steps=cfg.steps, concurrent=FLAGS.concurrent)
   settings += f", beam {cfg.beam_size} on {test_sentences} test sentences"
   write("calibration", {**out, "plan": result}, settings, markdown(measured, result, settings))
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from attention_jax.training import evaluation
+from attention_jax.sweep import plan as plan_lib
 from experiments import calibration as cal
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def _times(step_s=0.02, compile_s=10.0, validation_s=2.0, test_batch_s=0.5, arm="additive",
            dim=1024):
-  return cal.CellTimes(arm=arm, dim=dim, build_s=2.0, first_step_s=compile_s + step_s,
+  return plan_lib.CellTimes(arm=arm, dim=dim, build_s=2.0, first_step_s=compile_s + step_s,
                        step_s=step_s, first_validation_s=10.0 + validation_s,
                        validation_s=validation_s, first_test_batch_s=5.0 + test_batch_s,
                        test_batch_s=test_batch_s, test_batch_sentences=128)
@@ -27,14 +28,15 @@ def _plan(measured, **kw):
   args = dict(arms=("additive", "multiplicative", "scaled_multiplicative"),
               dims=(128, 256, 512, 1024), pieces=3, piece_minutes=7.0, eval_every=2000,
               checkpoint_every=500, test_sentences=1958, min_steps=1000, max_steps=6000)
-  return cal.plan(measured, **{**args, **kw})
+  return plan_lib.plan(measured, **{**args, **kw})
 
 
 def test_cell_seconds_adds_fixed_costs_steps_and_validations():
   t = _times(step_s=0.05, compile_s=30.0, validation_s=4.0, test_batch_s=2.0)
   fixed = 2.0 + 30.0 + 10.0 + 5.0 + 16 * 2.0 + 4.0  # build, compiles, test (16 batches), ppl
-  assert cal.cell_seconds(t, 0, eval_every=1000, test_sentences=1958) == pytest.approx(fixed + 4.0)
-  assert cal.cell_seconds(t, 3000, eval_every=1000, test_sentences=1958) == pytest.approx(
+  assert plan_lib.cell_seconds(t, 0, eval_every=1000, test_sentences=1958) == pytest.approx(
+      fixed + 4.0)
+  assert plan_lib.cell_seconds(t, 3000, eval_every=1000, test_sentences=1958) == pytest.approx(
       fixed + 3000 * 0.05 + 3 * 4.0)
 
 
@@ -45,10 +47,10 @@ def test_plan_fits_whole_cells_into_the_pieces_from_the_slowest_cell():
   assert plan["cells"] == 12 and plan["cells_per_piece"] == 4
   assert plan["steps"] % 500 == 0 and 1000 <= plan["steps"] <= 6000
   # the slowest cell, four times, fills at most the safe share of a piece ...
-  budget = cal.SAFETY * 7 * 60
+  budget = plan_lib.SAFETY * 7 * 60
   assert 4 * plan["predicted_cell_s"] <= budget
   # ... and 500 steps more would not fit
-  over = cal.cell_seconds(slow, plan["steps"] + 500, eval_every=plan["eval_every"],
+  over = plan_lib.cell_seconds(slow, plan["steps"] + 500, eval_every=plan["eval_every"],
                           test_sentences=1958)
   assert 4 * over > budget
   assert plan["flags"] == [f"--steps={plan['steps']}", f"--eval_every={plan['eval_every']}",
@@ -64,6 +66,67 @@ def test_plan_is_capped_by_the_presets_steps_and_drops_dims_when_slow():
   hopeless = _times(step_s=5.0)
   plan = _plan([hopeless])
   assert not plan["fits"] and plan["dims"] == [128, 1024]
+
+
+def _shared(times, copies, shared_step_s, shared_first_step_s=None):
+  return plan_lib.CellTimes(**{**times.__dict__, "concurrent": copies,
+                               "shared_step_s": shared_step_s,
+                               "shared_first_step_s": shared_first_step_s})
+
+
+def test_a_concurrent_plan_trains_its_cells_in_waves_at_the_shared_step():
+  alone = _times(step_s=0.02)
+  # Twelve cells in one piece of 10 minutes: one at a time, the plan keeps
+  # two dimensions of four; twelve at once, each step 5 times slower, all four
+  # and more steps.
+  one = _plan([alone], pieces=1, piece_minutes=10.0, dims=(128, 256, 512, 1024))
+  shared = _shared(alone, 12, 0.1, 12.0)
+  twelve = _plan([shared], pieces=1, piece_minutes=10.0, concurrent=12)
+  assert twelve["cells_per_piece"] == 12 and twelve["concurrent"] == 12
+  budget = plan_lib.SAFETY * 10 * 60  # one wave: each cell has the whole piece
+  assert twelve["predicted_cell_s"] <= budget
+  assert plan_lib.cell_seconds(shared.running(), twelve["steps"] + 500,
+                               eval_every=twelve["eval_every"], test_sentences=1958) > budget
+  assert one["dims"] == [128, 1024] and twelve["dims"] == [128, 256, 512, 1024]
+  assert one["steps"] < twelve["steps"] < 6000 and twelve["fits"]
+  assert twelve["flags"][-1] == "--workers=12" and not any("workers" in f for f in one["flags"])
+  # The shared step, not the step alone, and every copy's compile at once.
+  assert shared.running().step_s == 0.1 and shared.running().first_step_s == 12.0
+  assert alone.running() is alone
+  with pytest.raises(ValueError, match="`--concurrent` must be >= 1, got 0"):
+    _plan([alone], concurrent=0)
+
+
+def test_a_concurrent_plan_is_read_back_with_its_workers(tmp_path):
+  plan = _plan([_shared(_times(step_s=0.02), 4, 0.03)], pieces=1, piece_minutes=10.0,
+               concurrent=4)
+  path = _write(tmp_path, json.dumps({"preset": "gpu", "plan": plan}))
+  assert plan_lib.read_plan(path, "gpu")["workers"] == 4
+  bad = _write(tmp_path, json.dumps({"preset": "gpu", "plan": {**plan, "concurrent": "4"}}),
+               name="bad.json")
+  with pytest.raises(ValueError, match="the plan's concurrent '4' is not a positive integer"):
+    plan_lib.read_plan(bad, "gpu")
+
+
+def test_the_tables_show_the_shared_step_and_its_gain():
+  measured = [_shared(_times(step_s=0.020), 4, 0.040, 3.5)]
+  text = cal.steps_markdown(measured, "s")
+  row = [l for l in text.splitlines() if l.startswith("| additive:1024")][0]
+  assert [c.strip() for c in row.split("|")[-3:-1]] == ["40.0 (3.5)", "2.00x"]
+  assert "step ms, 4 at once (first step s)" in text
+  assert "at once" not in cal.steps_markdown([_times()], "s")
+  plan = _plan(measured, pieces=1, piece_minutes=10.0, concurrent=4)
+  assert ", 4 cells at a time." in cal.markdown(measured, plan, "s")
+
+
+@pytest.mark.slow
+def test_copies_of_a_cell_step_at_once_in_processes_of_their_own():
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  cfg = config_lib.from_preset("smoke", dims=(8,), seeds=1, steps=4)
+  first, step = cal.shared_steps(cfg, cfg.arms[0], 8, 3, 2)
+  assert first > step > 0
+  with pytest.raises(ValueError, match=r"`--concurrent` = 2: 2 of the copies of nope:8 failed"):
+    cal.shared_steps(cfg, "nope", 8, 3, 2)
 
 
 @pytest.mark.parametrize("text,needle", [("additive", "ARM:DIM"), ("additive:x", "ARM:DIM"),
@@ -99,10 +162,10 @@ def _write(tmp_path, content, name="calibration.json"):
 def test_a_plan_as_calibration_writes_it_is_read_back_as_the_sweeps_fields(tmp_path):
   plan = _plan([_times(step_s=0.06)])  # 12 cells leave < 1,000 steps: dims dropped
   path = _write(tmp_path, {"preset": "gpu", "measured": [], "plan": plan})
-  fields = cal.read_plan(path, "gpu")
+  fields = plan_lib.read_plan(path, "gpu")
   assert fields == {"steps": plan["steps"], "eval_every": plan["eval_every"],
                     "dims": ",".join(str(d) for d in plan["dims"])}
-  assert fields["dims"] == "128,256,1024" and tuple(fields) == cal.PLAN_FIELDS
+  assert fields["dims"] == "128,256,1024" and tuple(fields) == plan_lib.PLAN_FIELDS
   # The flags calibration.md shows are the same values.
   assert plan["flags"] == [f"--{k}={v}" for k, v in fields.items()]
 
@@ -111,7 +174,8 @@ def test_a_file_without_its_preset_is_read_for_any(tmp_path):
   # Files written before the preset was recorded carry only the plan.
   path = _write(tmp_path, {"plan": {"fits": True, "steps": 1500, "eval_every": 500,
                                     "dims": [128, 1024]}})
-  assert cal.read_plan(path, "quick") == {"steps": 1500, "eval_every": 500, "dims": "128,1024"}
+  assert plan_lib.read_plan(path, "quick") == {"steps": 1500, "eval_every": 500,
+                                               "dims": "128,1024"}
 
 
 @pytest.mark.parametrize("content,needle", [
@@ -134,7 +198,7 @@ def test_a_bad_calibration_file_is_one_error_naming_the_flag_and_the_file(tmp_pa
                                                                           needle):
   path = _write(tmp_path, content)
   with pytest.raises(ValueError) as e:
-    cal.read_plan(path, "gpu")
+    plan_lib.read_plan(path, "gpu")
   message = str(e.value)
   assert message.startswith(f"`--calibration` {path}") and needle in message
   assert "\n" not in message
@@ -142,13 +206,13 @@ def test_a_bad_calibration_file_is_one_error_naming_the_flag_and_the_file(tmp_pa
 
 def test_a_missing_or_unreadable_calibration_file_is_named(tmp_path):
   with pytest.raises(ValueError, match=r"`--calibration` .*nope.json cannot be read: No such"):
-    cal.read_plan(str(tmp_path / "nope.json"), "gpu")
+    plan_lib.read_plan(str(tmp_path / "nope.json"), "gpu")
   with pytest.raises(ValueError, match=r"cannot be read: Is a directory"):
-    cal.read_plan(str(tmp_path), "gpu")
+    plan_lib.read_plan(str(tmp_path), "gpu")
   binary = tmp_path / "binary.json"
   binary.write_bytes(b"\xff\xfe{")
   with pytest.raises(ValueError, match="binary.json cannot be read"):
-    cal.read_plan(str(binary), "gpu")
+    plan_lib.read_plan(str(binary), "gpu")
 
 
 def _settings(stdout):
@@ -243,10 +307,11 @@ def test_steps_only_times_the_training_step_and_leaves_any_plan_alone(tmp_path):
 
 def test_the_evaluation_batch_search_is_part_of_a_cells_time():
   t = _times()
-  searched = cal.CellTimes(**{**t.__dict__, "batch_search_s": 90.0})
+  searched = plan_lib.CellTimes(**{**t.__dict__, "batch_search_s": 90.0})
   for steps in (0, 3000):
-    assert cal.cell_seconds(searched, steps, eval_every=1000, test_sentences=1958) == (
-        pytest.approx(cal.cell_seconds(t, steps, eval_every=1000, test_sentences=1958) + 90.0))
+    assert plan_lib.cell_seconds(searched, steps, eval_every=1000, test_sentences=1958) == (
+        pytest.approx(plan_lib.cell_seconds(t, steps, eval_every=1000, test_sentences=1958)
+                      + 90.0))
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ sweep runs is fixed by a calibration call on the GPU first
 (`experiments.calibration`, `scripts/gpu_run.sh calibrate`): it
 times the first step (compilation), 20 steps, a validation and a beam-10 test
 batch for additive at a = 1024 and scaled_multiplicative at a = 128, and
-`calibration.plan` sizes the 12 cells to finish in 3 pieces of 7 minutes (x
+`attention_jax.sweep.plan` sizes the 12 cells to finish in 3 pieces of 7 minutes (x
 0.8), 4 whole cells per piece, giving `--steps` (a multiple of 500, at most
 6,000), `--eval_every` (three validations) and, if even 1,000 steps do not
 fit, fewer `--dims`. `scripts/gpu_run.sh sweep` applies that plan. Once a GPU
