@@ -126,7 +126,6 @@ def device_groups(workers: int, platform: str, num_devices: int,
                    "of each run over every device).")
 
 
-
 def gpu_share(workers: int, num_devices: int) -> int:
   """How many `--workers` processes share each of `num_devices` GPUs: 1
   where the workers split the GPUs (or cannot be laid out at all), else
@@ -140,6 +139,7 @@ def gpu_share(workers: int, num_devices: int) -> int:
   if workers > num_devices >= 1 and workers % num_devices == 0:
     return workers // num_devices
   return 1
+
 
 # High-bandwidth memory per chip, GiB, by jax's name of the TPU generation
 # (`jax._src.hardware_utils.TpuVersion`), as Cloud TPU's system-architecture
