@@ -189,6 +189,7 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
   fails is a ValueError of one line (`write_problem`)."""
   from experiments.lr_threshold import threshold as th  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import plots as threshold_plots  # pylint: disable=g-import-not-at-top
+  from experiments.lr_threshold import records  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import tables as threshold_tables  # pylint: disable=g-import-not-at-top
   from attention_jax import files  # pylint: disable=g-import-not-at-top
   from attention_jax.training import interrupts  # pylint: disable=g-import-not-at-top
@@ -198,7 +199,7 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
     with stage:
       files.atomic_write(os.path.join(stage.path, MARKDOWN), threshold_tables.markdown(analysis))
       value = {"inputs": {name: os.path.relpath(path, out) for name, path in inputs.items()},
-               "analysed_at": made, **th.as_json(analysis)}
+               "analysed_at": made, **records.as_json(analysis)}
       files.atomic_write(os.path.join(stage.path, JSON), files.to_json(value, indent=1))
       names = [MARKDOWN, JSON] + threshold_plots.plot_all(analysis, stage.path)
       interrupts.check()  # asked to stop while they were written: the old report stays

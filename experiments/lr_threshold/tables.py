@@ -11,8 +11,9 @@ import math
 from typing import Sequence
 
 from attention_jax.analysis import tables as analysis_tables
-from experiments.lr_threshold import threshold as th
 from experiments.lr_threshold import grids
+from experiments.lr_threshold import records
+from experiments.lr_threshold import threshold as th
 
 MISSING = "–"
 
@@ -268,7 +269,7 @@ def diagnostics_table(a: th.Analysis) -> str:
 
 def clocks_table(a: th.Analysis) -> str:
   """The finished runs per score and their training clocks, summed."""
-  clocks = th.run_clocks(a.grid.records)
+  clocks = records.run_clocks(a.grid.records)
   rows = [[s, str(clocks[s]["runs"]), f"{clocks[s]['hours']:.1f}"]
           for s in a.grid.scores if s in clocks]
   if clocks:

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import records as threshold_records
 from experiments.lr_threshold import grids
 from experiments.lr_threshold import tables as threshold_tables
 from attention_jax.sweep import config as config_lib
@@ -366,7 +367,7 @@ def test_the_controls_join_the_main_grid(main_grid, tmp_path):
   assert shared.sensitivity[("dot", 64)] != pytest.approx(a.sensitivity[("dot", 64)], abs=1e-3)
   text = threshold_tables.markdown(a)
   assert "## Learning-rate sensitivity on the learning rates every score ran (1e-4, 1e-3, 1e-2;" in text
-  assert th.as_json(a)["shared_rates"]["learning_rates"] == sorted(CONTROL_LRS)
+  assert threshold_records.as_json(a)["shared_rates"]["learning_rates"] == sorted(CONTROL_LRS)
   # one plan for every score: nothing to repeat
   assert th.analyse(grids.read_grid(str(main_grid), MAIN, LRS), replicates=10).shared is None
   with pytest.raises(ValueError, match="two grids"):
@@ -412,12 +413,13 @@ def test_heat_map_cells_show_small_logits_with_two_digits():
 def test_run_clocks_count_each_run_once(main_grid):
   grid = grids.read_grid(str(main_grid), MAIN, LRS)
   runs = len(MAIN.dims) * len(LRS)
-  assert th.run_clocks(grid.records) == {
+  assert threshold_records.run_clocks(grid.records) == {
       "dot": {"runs": runs, "hours": pytest.approx(runs / 3600)},
       "scaled_dot": {"runs": runs, "hours": pytest.approx(runs / 3600)}}
   record = lambda seed, seconds, lr=1e-3: grids.Record("dot", 16, lr, seed, 2.0, False, 1.0, {},
                                                    None, seconds)
-  assert th.run_clocks([record(0, 10.0), record(1, 20.0), record(0, None, 3e-3)]) == {
+  assert threshold_records.run_clocks(
+      [record(0, 10.0), record(1, 20.0), record(0, None, 3e-3)]) == {
       "dot": {"runs": 1, "hours": pytest.approx(20 / 3600)}}
   text = threshold_tables.markdown(th.analyse(grid, replicates=10))
   assert f"| all | {2 * runs} | 0.0 |" in text

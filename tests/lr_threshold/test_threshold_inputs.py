@@ -14,6 +14,7 @@ import time
 import pytest
 
 from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import records as threshold_records
 from experiments.lr_threshold import grids
 from attention_jax.sweep import config as config_lib
 from attention_jax.sweep import workdir as workdir_lib
@@ -59,7 +60,7 @@ def test_a_bare_nan_perplexity_counts_as_diverged_as_a_null_does(tmp_path):
   assert analyses["nan"].sensitivity[("dot", 64)] == pytest.approx(
       analyses["null"].sensitivity[("dot", 64)])
   # every number of the report, the bootstrap's included, as with null
-  assert th.as_json(analyses["nan"]) == th.as_json(analyses["null"])
+  assert threshold_records.as_json(analyses["nan"]) == threshold_records.as_json(analyses["null"])
 
 
 def _validation_line(run, seed, step):
