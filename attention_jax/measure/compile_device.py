@@ -202,8 +202,11 @@ def analyse(compiled, target: compile_targets.Target, pallas: dict | None = None
                target_optimal_seconds=own.get("optimal_seconds"))
   text = compiled.as_text()
   row["fused_attention"] = hlo.fused_attention_kernel(text)
-  copies = hlo.layout_copies(text)
-  row.update(layout_copies=copies["kernels"], layout_copy_bytes=copies["bytes"])
+  try:
+    copies = hlo.layout_copies(text)
+    row.update(layout_copies=copies["kernels"], layout_copy_bytes=copies["bytes"])
+  except ValueError as e:  # text the parser does not know: said, the row kept
+    row["layout_copies_error"] = str(e)
   try:
     modules = compiled.runtime_executable().hlo_modules()
     cost = hlo.loop_aware_cost(hlo.parsable(modules[0].to_string()), hlo.cpu_cost_analysis)
