@@ -27,6 +27,7 @@ from attention_jax.training.metrics_log import MetricsLog
 import experiments
 from experiments.lr_threshold.presets import transformer_lr
 from experiments.lr_threshold.presets import transformer_lr_cpu
+from experiments.lr_threshold.presets import transformer_lr_premise
 from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
 
 AXIS = "learning_rate"
@@ -287,7 +288,8 @@ def merge(grids: Sequence[Grid]) -> Grid:
 
 
 # The presets whose grids this analysis reads (`preset_grids`).
-PRESETS = ("transformer_lr_cpu", "transformer_lr", "transformer_lr_premise_cpu")
+PRESETS = ("transformer_lr_cpu", "transformer_lr", "transformer_lr_premise_cpu",
+           "transformer_lr_premise")
 
 
 def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = None
@@ -296,7 +298,9 @@ def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = No
   its two grids as results/lr_threshold/transformer_lr_cpu/commands.sh runs them (`main`,
   `controls`); `transformer_lr`: one grid of every score (`main`), that of
   `layer_norm` (default the preset's), a workdir per layer norm as its
-  docstring's commands run it. A ValueError names a preset or layer norm
+  docstring's commands run it; `transformer_lr_premise_cpu`: its coarse
+  rates (the rest is read by `read_premise`); `transformer_lr_premise`: its
+  whole ladder, one workdir. A ValueError names a preset or layer norm
   this does not know."""
   if preset not in PRESETS:
     raise ValueError(f"--preset: {preset!r} has no learning-rate grid to analyse; "
@@ -312,6 +316,8 @@ def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = No
     return {"main": (cfg, transformer_lr.LEARNING_RATES)}
   if preset == "transformer_lr_premise_cpu":
     return {"main": (cfg, premise.COARSE_RATES)}
+  if preset == "transformer_lr_premise":
+    return {"main": (cfg, transformer_lr_premise.LEARNING_RATES)}
   return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),
           "controls": (cfg.replace(arms=("inverse_dim", "qk_norm"), baseline="inverse_dim"),
                        transformer_lr_cpu.CONTROL_LEARNING_RATES)}

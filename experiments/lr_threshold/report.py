@@ -5,6 +5,8 @@ r"""The learning-rate x d_k analysis of the `transformer_lr_cpu` grid, or of the
         --out=OUT
     python -m experiments.lr_threshold.report --preset=transformer_lr --layer_norm=pre \
         --main=runs/transformer_lr/pre --out=OUT
+    python -m experiments.lr_threshold.report --preset=transformer_lr_premise \
+        --main=runs/transformer_lr_premise --out=OUT
 
 reads the two workdirs that results/lr_threshold/transformer_lr_cpu/commands.sh trains
 (finished or still running; `--controls=` leaves the controls out), or the
@@ -44,8 +46,10 @@ def define_flags() -> None:
                       "empty: left out.")
   flags.DEFINE_string("out", None, "Output folder (created).")
   flags.DEFINE_string("preset", "transformer_lr_cpu", "The preset whose grid --main holds: "
-                      "transformer_lr_cpu (main and controls grids) or transformer_lr (every "
-                      "score in --main, one layer norm).")
+                      "transformer_lr_cpu (main and controls grids), transformer_lr (every "
+                      "score in --main, one layer norm), transformer_lr_premise_cpu (its "
+                      "adaptive grid) or transformer_lr_premise (its ladder as members, "
+                      "judged with its bands).")
   flags.DEFINE_string("layer_norm", "", "post or pre: the layer norm the grid was trained "
                       "with (default the preset's).")
   flags.DEFINE_string("fine", "", "transformer_lr_cpu: the workdir of its refinement (dot "
@@ -133,7 +137,9 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
     cfg, _ = plans["main"]
     grids[0] = grids_lib.union([grids[0], grids_lib.read_grid(fine, cfg, premise.GLOROT_FINE_RATES)])
     inputs["fine"] = ("--fine", fine)
-  bands = premise.BANDS if fine else None
+  # The premise presets' bands: the refinement made for them, or the
+  # accelerator's premise grid, which pre-registered the same.
+  bands = premise.BANDS if fine or preset == "transformer_lr_premise" else None
   return (th.analyse(grids_lib.merge(grids), bands=bands),
           {name: path for name, (_, path) in inputs.items()})
 
