@@ -118,7 +118,8 @@ def _timed(fn: Callable[[], Any]) -> float:
 
 
 def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
-                 log: Callable[[str], None] = print, steps_only: bool = False) -> plan_lib.CellTimes:
+                 log: Callable[[str], None] = print,
+                 steps_only: bool = False) -> plan_lib.CellTimes:
   """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`).
 
   `steps_only`: the evaluation fields are 0 (not measured)."""
@@ -153,11 +154,11 @@ def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
   else:
     first_validation_s, validation_s = _timed(validation), _timed(validation)
     first_test_batch_s, test_batch_s = _timed(test), _timed(test)
-  times = plan_lib.CellTimes(arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
-                    step_s=statistics.median(step_times), first_validation_s=first_validation_s,
-                    validation_s=validation_s, first_test_batch_s=first_test_batch_s,
-                    test_batch_s=test_batch_s, test_batch_sentences=per_batch,
-                    batch_search_s=batch_search_s)
+  times = plan_lib.CellTimes(
+      arm=arm_name, dim=dim, build_s=build_s, first_step_s=first_step_s,
+      step_s=statistics.median(step_times), first_validation_s=first_validation_s,
+      validation_s=validation_s, first_test_batch_s=first_test_batch_s,
+      test_batch_s=test_batch_s, test_batch_sentences=per_batch, batch_search_s=batch_search_s)
   log(f"[{arm_name}:{dim}] " + ", ".join(
       f"{k} {v:.4f}" for k, v in dataclasses.asdict(times).items()
       if k.endswith("_s") and v is not None))
