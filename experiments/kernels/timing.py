@@ -87,9 +87,15 @@ def time_ready(ready: Ready, settings: Settings, *, warmup: int):
 def device_timing_fields(call: Callable[[], Any], repeats: int, flops: float) -> dict[str, Any]:
   """The row fields of `call`'s device-side time (`device_time.device_seconds`,
   `repeats` traced calls, each waited for, after one untraced): the median span and busy time,
-  the TFLOP/s of the median span, and whose events they are."""
+  the TFLOP/s of the median span, and whose events they are. Where the trace
+  cannot be taken or read (no profiler library on the device, a trace
+  without the repeats' events), `device_time_error` says why and the row
+  keeps its host-clock timing."""
   import jax  # pylint: disable=g-import-not-at-top
-  times = device_time.device_seconds(lambda: jax.block_until_ready(call()), repeats)
+  try:
+    times = device_time.device_seconds(lambda: jax.block_until_ready(call()), repeats)
+  except Exception as e:  # pylint: disable=broad-except
+    return {"device_time_error": f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"}
   span = statistics.median(times.spans_s)
   return {"device_time_median_s": span, "device_busy_median_s": statistics.median(times.busy_s),
           "device_time_repeats": len(times.spans_s), "device_time_source": times.source,

@@ -16,6 +16,7 @@ from attention_jax import registry
 from experiments.kernels import kernel_impls
 from experiments.kernels import kernels
 from experiments.kernels import settings as settings_lib
+from experiments.kernels import timing
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -142,7 +143,7 @@ def test_wrong_kernel_is_refused_and_missing_torch_is_skipped(monkeypatch):
   assert timed == ["scaled_dot"]  # only the correct kernel reached the timer
 
 
-def test_device_timing_adds_the_profilers_time_beside_the_host_clocks():
+def test_device_timing_adds_the_profilers_time_beside_the_host_clocks(monkeypatch):
   written = []
   kernels.run(_tiny(suite=("kernels",), impls=("scaled_dot", "scaled_dot_bthd"), seq_lens=(32,),
                     causal=(False,), modes=("fwd_bwd",), device_timing=True), written.append)
@@ -152,6 +153,12 @@ def test_device_timing_adds_the_profilers_time_beside_the_host_clocks():
     assert 0 < r["device_busy_median_s"] <= r["device_time_median_s"]
     assert r["device_tflops"] == pytest.approx(r["flops"] / r["device_time_median_s"] / 1e12)
     assert r["device_time_repeats"] == r["repeats"]
+  def unreadable(call, repeats):
+    raise ValueError("the trace has annotations of repeats [], not of all 3")
+
+  monkeypatch.setattr(timing.device_time, "device_seconds", unreadable)
+  assert timing.device_timing_fields(lambda: None, 3, 1.0) == {
+      "device_time_error": "ValueError: the trace has annotations of repeats [], not of all 3"}
   written = []  # off by default: no profiler fields
   kernels.run(_tiny(suite=("kernels",), impls=("scaled_dot",), seq_lens=(32,), causal=(False,),
                     modes=("fwd",)), written.append)
