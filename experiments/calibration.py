@@ -117,24 +117,30 @@ def _timed(fn: Callable[[], Any]) -> float:
   return benchmarking.timed(fn)[1]
 
 
+def _cell_trainer(cfg, arm_name: str, dim: int, data):
+  """(the sweep's trainer of the cell (`train_lib.EnsembleTrainer`), the
+  seconds it took to build, `train_step(i)`: step i of every member on the
+  next batch, into the trainer's state, returning the loss)."""
+  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
+  from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
+  trainer, build_s, _ = benchmarking.timed(
+      lambda: train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)), data))
+  batches = trainer.train_batches(0)
+
+  def train_step(i: int):
+    trainer.state = trainer.step(trainer.state.replace(step=i), next(batches))
+    return trainer.state.loss
+
+  return trainer, build_s, train_step
+
+
 def measure_cell(cfg, arm_name: str, dim: int, data, steps: int,
                  log: Callable[[str], None] = print,
                  steps_only: bool = False) -> plan_lib.CellTimes:
   """Times one cell with the sweep's trainer (`train_lib.EnsembleTrainer`).
 
   `steps_only`: the evaluation fields are 0 (not measured)."""
-  from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
-  from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
-
-  trainer, build_s, _ = benchmarking.timed(
-      lambda: train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)), data))
-  batches = trainer.train_batches(0)
-
-  def train_step(i: int):
-    """Step i of every member on the next batch, into the trainer's state."""
-    trainer.state = trainer.step(trainer.state.replace(step=i), next(batches))
-    return trainer.state.loss
-
+  trainer, build_s, train_step = _cell_trainer(cfg, arm_name, dim, data)
   # The first step (it compiles) and `steps` more, each with the next batch.
   step_times = benchmarking.time_steps(train_step, 1 + steps).wall_s
   first_step_s, step_times = step_times[0], step_times[1:]
@@ -170,19 +176,10 @@ def _step_copy(cfg, arm_name: str, dim: int, steps: int, barrier, conn) -> None:
   its step, waits for the others at `barrier`, then times `steps` steps;
   sends (first step s, median step s), or ('error', one line)."""
   try:
-    from attention_jax.sweep import config as config_lib  # pylint: disable=g-import-not-at-top
     from attention_jax.sweep import datasets  # pylint: disable=g-import-not-at-top
     from attention_jax.sweep import host_memory  # pylint: disable=g-import-not-at-top
-    from attention_jax.training import train_lib  # pylint: disable=g-import-not-at-top
     host_memory.keep_freed_memory()  # as a sweep's worker does, before JAX starts
-    trainer = train_lib.EnsembleTrainer(cfg.point(config_lib.Arm.of(arm_name, dim)),
-                                        datasets.load_data(cfg))
-    batches = trainer.train_batches(0)
-
-    def train_step(i: int):
-      trainer.state = trainer.step(trainer.state.replace(step=i), next(batches))
-      return trainer.state.loss
-
+    _, _, train_step = _cell_trainer(cfg, arm_name, dim, datasets.load_data(cfg))
     first = benchmarking.time_steps(train_step, 1).wall_s[0]
     barrier.wait(timeout=SHARED_WAIT_S)
     times = benchmarking.time_steps(lambda i: train_step(i + 1), steps).wall_s
