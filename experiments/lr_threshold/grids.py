@@ -14,6 +14,7 @@ and the line. The numbers (lr*, the law, the verdicts) are `threshold`'s.
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import math
 import os
 from typing import Mapping, NamedTuple, Sequence
@@ -321,6 +322,13 @@ def preset_grids(preset: str = "transformer_lr_cpu", layer_norm: str | None = No
   return {"main": (cfg, transformer_lr_cpu.LEARNING_RATES),
           "controls": (cfg.replace(arms=("inverse_dim", "qk_norm"), baseline="inverse_dim"),
                        transformer_lr_cpu.CONTROL_LEARNING_RATES)}
+
+
+def preset_bands(preset: str) -> dict[str, tuple[float, float]] | None:
+  """The verdict bands `preset` pre-registered (its module's `BANDS`), or
+  None where it registered none (`transformer_lr_cpu`, `transformer_lr`)."""
+  experiments.add_study_presets()
+  return getattr(importlib.import_module(config_lib.PRESET_MODULES[preset]), "BANDS", None)
 
 
 # --- the adaptive grid of `transformer_lr_premise_cpu` ------------------------------

@@ -123,7 +123,8 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
     if problem:
       raise ValueError(problem.replace(repr(os.path.join(main, grids_lib.COARSE)), repr(main), 1)
                        + f" (its coarse grid in {grids_lib.COARSE}/)")
-    return th.analyse(grids_lib.read_premise(main, cfg), bands=premise.BANDS), {"main": main}
+    return (th.analyse(grids_lib.read_premise(main, cfg), bands=grids_lib.preset_bands(preset)),
+            {"main": main})
   given = {"main": ("--main", main), "controls": ("--controls", controls)}
   inputs = {name: flag_path for name, flag_path in given.items() if flag_path[1]}
   for name, (flag, path) in inputs.items():
@@ -137,9 +138,9 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
     cfg, _ = plans["main"]
     grids[0] = grids_lib.union([grids[0], grids_lib.read_grid(fine, cfg, premise.GLOROT_FINE_RATES)])
     inputs["fine"] = ("--fine", fine)
-  # The premise presets' bands: the refinement made for them, or the
-  # accelerator's premise grid, which pre-registered the same.
-  bands = premise.BANDS if fine or preset == "transformer_lr_premise" else None
+  # The bands the preset pre-registered; the Glorot grid's refinement was
+  # registered with the premise grid's, and is judged with them.
+  bands = premise.BANDS if fine else grids_lib.preset_bands(preset)
   return (th.analyse(grids_lib.merge(grids), bands=bands),
           {name: path for name, (_, path) in inputs.items()})
 

@@ -60,3 +60,10 @@ def test_it_has_no_refinement_to_join(tmp_path):
   with pytest.raises(ValueError, match="--fine: only the transformer_lr_cpu grid"):
     threshold_report.read(str(tmp_path), "", preset="transformer_lr_premise",
                           fine=str(tmp_path))
+
+
+def test_a_presets_bands_are_those_it_registered_and_none_elsewhere():
+  assert grids.preset_bands("transformer_lr_premise") == premise_cpu.BANDS
+  assert grids.preset_bands("transformer_lr_premise_cpu") == premise_cpu.BANDS
+  assert grids.preset_bands("transformer_lr_cpu") is None
+  assert grids.preset_bands("transformer_lr") is None
