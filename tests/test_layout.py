@@ -33,9 +33,11 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "attention_jax"
 LAYERS = ("functions", "measure", "models", "decoding", "data", "training", "sweep",
           "analysis", "experiments")
-# The subpackages of attention_jax that are a layer of their own.
+# The subpackages of attention_jax and their layer (pallas_additive: a kernel,
+# split by concern, on the floor of the functions it computes).
 SUBPACKAGE_LAYERS = {"measure": "measure", "models": "models", "data": "data",
-                     "training": "training", "sweep": "sweep", "analysis": "analysis"}
+                     "training": "training", "sweep": "sweep", "analysis": "analysis",
+                     "pallas_additive": "functions"}
 # A run's modules: 16, so that a reader meets one concern there (provenance.py
 # went to measure/ and files.py to the bottom floor, since every floor uses them).
 MAX_TRAINING_MODULES = 16

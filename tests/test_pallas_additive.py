@@ -1,4 +1,4 @@
-"""attention_jax/pallas_additive.py: the fused additive kernels in Pallas's
+"""attention_jax/pallas_additive/: the fused additive kernels in Pallas's
 interpret mode (CPU), against the plain form (`attention(implementation='plain')`,
 i.e. `scores.additive` + `attend`) and its `jax.grad`; both backward forms
 (`fused`, the default here, and `split`, the TPU's); the approximate tanh

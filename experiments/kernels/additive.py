@@ -39,7 +39,7 @@ from experiments.kernels.settings import Settings
 
 HEAD_DIM = 64  # d of the queries, keys and values
 SCORE_FNS = {"additive_chunked": scores_lib.additive, "additive_naive": scores_lib.additive_naive}
-# The fused Pallas kernels (`attention_jax/pallas_additive.py`) give the context
+# The fused Pallas kernels (`attention_jax/pallas_additive/`) give the context
 # directly. Timed on an accelerator only: on a CPU they run in Pallas's
 # interpret mode, a test path whose speed means nothing.
 PALLAS_IMPL = "additive_pallas"
