@@ -148,4 +148,8 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
       "--main=results/lr_threshold/transformer_lr_premise_cpu --out=results/lr_threshold/transformer_lr_premise_cpu",
       "experiments.lr_threshold.report --main=results/lr_threshold/transformer_lr_cpu/main "
       "--controls=results/lr_threshold/transformer_lr_cpu/controls --fine=results/lr_threshold/transformer_lr_cpu/fine "
-      "--out=results/lr_threshold/transformer_lr_cpu/refined"]
+      "--out=results/lr_threshold/transformer_lr_cpu/refined",
+      # the two grids side by side, the Glorot grid's refined report beside the premise's
+      "experiments.lr_threshold.side_by_side --glorot=results/lr_threshold/transformer_lr_cpu/refined "
+      "--premise=results/lr_threshold/transformer_lr_premise_cpu "
+      "--out=results/lr_threshold/transformer_lr_premise_cpu/side_by_side.md"]

@@ -122,13 +122,13 @@ def absolute_table(a: th.Analysis) -> str:
   return analysis_tables.markdown(["score", "lr"] + [f"d_k = {d}" for d in dims], rows)
 
 
-def _signed(x: float) -> str:
+def fmt_signed(x: float) -> str:
   """`x` to two decimals with its sign; a rounding of zero is +0.00, not -0.00."""
   return f"{round(x, 2) + 0.0:+.2f}"
 
 
 def _range(pair: Sequence[float] | None) -> str:
-  return MISSING if pair is None or pair[0] is None else f"[{_signed(pair[0])}, {_signed(pair[1])}]"
+  return MISSING if pair is None or pair[0] is None else f"[{fmt_signed(pair[0])}, {fmt_signed(pair[1])}]"
 
 
 def _verdict(law: th.Law) -> str:
@@ -154,7 +154,7 @@ def law_table(a: th.Analysis) -> str:
     b = law.interval
     rows.append([law.score, _range(law.bracket),
                  MISSING if law.half_width is None else f"{law.half_width:.2f}",
-                 MISSING if law.slope is None else _signed(law.slope), _range((b.low, b.high)),
+                 MISSING if law.slope is None else fmt_signed(law.slope), _range((b.low, b.high)),
                  ", ".join(map(str, law.dims)) or MISSING,
                  f"{b.with_slope:,} of {b.replicates:,}",
                  MISSING if law.reference is None else f"{law.reference:+g}",
