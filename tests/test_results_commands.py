@@ -153,3 +153,43 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
       "experiments.lr_threshold.side_by_side --glorot=results/lr_threshold/transformer_lr_cpu/refined "
       "--premise=results/lr_threshold/transformer_lr_premise_cpu "
       "--out=results/lr_threshold/transformer_lr_premise_cpu/side_by_side.md"]
+
+
+def test_the_premise_grids_seed_puts_committed_runs_into_a_fresh_workdir(tmp_path):
+  """`seed`: a machine without the grid's workdir gets every committed run
+  folder back where `run` looks (so it skips them), and a run folder the
+  workdir already has is left as it is."""
+  study = tmp_path / "results" / "lr_threshold"
+  committed = {
+      "coarse/learning_rate=0.0001/runs/dot_d256":
+          study / "transformer_lr_premise_cpu" / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
+      "coarse/learning_rate=0.001/runs/dot_d16":
+          study / "transformer_lr_premise_cpu" / "coarse" / "learning_rate=0.001" / "runs" / "dot_d16",
+      "extra/dot_d64/learning_rate=0.1/runs/dot_d64":
+          study / "transformer_lr_premise_cpu" / "extra" / "dot_d64" / "learning_rate=0.1" / "runs" / "dot_d64",
+      "glorot_fine/learning_rate=0.0056/runs/scaled_dot_d16":
+          study / "transformer_lr_cpu" / "fine" / "learning_rate=0.0056" / "runs" / "scaled_dot_d16"}
+  for run in committed.values():
+    run.mkdir(parents=True)
+    (run / "result.json").write_text("[]")
+    (run / "config.json").write_text("{}")
+  work = tmp_path / "w"
+  kept = work / "coarse" / "learning_rate=0.001" / "runs" / "dot_d16"
+  kept.mkdir(parents=True)
+  (kept / "metrics.jsonl").write_text("under way\n")
+  script = os.path.join(ROOT, "results", "lr_threshold", "transformer_lr_premise_cpu", "commands.sh")
+
+  def seed():
+    proc = subprocess.run(["bash", script, "seed"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "W": str(work)})
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+  said = seed()
+  assert sorted(said) == sorted(f"seeded {work}/{rel}" for rel in committed
+                                if rel != "coarse/learning_rate=0.001/runs/dot_d16")
+  for rel in committed:
+    if rel != "coarse/learning_rate=0.001/runs/dot_d16":
+      assert sorted(os.listdir(work / rel)) == ["config.json", "result.json"]
+  assert sorted(os.listdir(kept)) == ["metrics.jsonl"]  # never over a run it has
+  assert seed() == []  # a second seed finds nothing to bring

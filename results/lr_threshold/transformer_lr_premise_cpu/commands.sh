@@ -5,6 +5,10 @@
 #   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh run      # trains (resumable: re-run it)
 #   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh plan     # the runs the rule asks for next
 #   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh copy     # finished runs into results/, reports
+#   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh seed     # committed runs into W (a fresh machine)
+# `seed` is `copy` backwards, for a machine whose W lacks runs that results/ holds: each
+# committed run folder W does not have is copied there (never over one it has), so that
+# `run` skips it (a run with result.json is finished) and plans from it.
 # W (default runs/transformer_lr_premise_cpu) holds coarse/ (the coarse --sweep grid),
 # extra/<score>_d<dim>/ (the rates the rule added to that pair) and glorot_fine/ (the
 # transformer_lr_cpu grid's dot and scaled_dot at 1.8e-3, 5.6e-3, 1.8e-2); PY the
@@ -52,6 +56,19 @@ reports() {  # $1: premise root, $2: Glorot main, $3: Glorot controls, $4: Gloro
       --out="$5/side_by_side.md"
 }
 
+seed_runs() {  # $1: committed runs (results/...), $2: W's folder for them
+  local result run rel
+  [ -d "$1" ] || return 0
+  find "$1" -path '*/runs/*/result.json' | sort | while read -r result; do
+    run=$(dirname "$result")
+    rel=${run#"$1"/}
+    if [ -e "$2/$rel" ]; then continue; fi
+    mkdir -p "$(dirname "$2/$rel")"
+    cp -r "$run" "$2/$rel.tmp-seed" && mv "$2/$rel.tmp-seed" "$2/$rel"
+    echo "seeded $2/$rel"
+  done
+}
+
 case "${1:-}" in
   run)
     "$PY" -m experiments.ablation --preset=$PRESET --workdir="$W/coarse" \
@@ -81,5 +98,11 @@ case "${1:-}" in
     if [ -d "$HERE/coarse" ]; then
       reports "$HERE" "$GLOROT/main" "$GLOROT/controls" "$GLOROT/fine" "$HERE" "$GLOROT/refined"
     fi ;;
-  *) echo "usage: $0 run|plan|collect|copy" >&2; exit 2 ;;
+  seed)
+    seed_runs "$HERE/coarse" "$W/coarse"
+    [ ! -d "$HERE/extra" ] || for pair in "$HERE"/extra/*/; do
+      seed_runs "${pair%/}" "$W/extra/$(basename "$pair")"
+    done
+    seed_runs "$GLOROT/fine" "$W/glorot_fine" ;;
+  *) echo "usage: $0 run|plan|collect|copy|seed" >&2; exit 2 ;;
 esac
