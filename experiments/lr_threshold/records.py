@@ -87,7 +87,9 @@ def _law_json(law: th.Law) -> dict:
           "bracket": None if law.bracket is None else [_finite(v) for v in law.bracket],
           "half_width": _finite(law.half_width),
           "band": None if law.band is None else list(law.band), "verdict": law.verdict,
-          "deciding_half_width": law.deciding_half_width}
+          "deciding_half_width": law.deciding_half_width,
+          "wide": [{"dim": d, "low": _finite(lo) if lo > 0 else None, "high": _finite(hi)}
+                   for d, lo, hi in law.wide]}
 
 
 def _fits_json(a: th.Analysis) -> dict:

@@ -143,6 +143,16 @@ def _verdict(law: th.Law) -> str:
   return law.verdict
 
 
+def fmt_wide(wide: Sequence[tuple[int, float, float]]) -> str:
+  """The cells that keep a bracket wide, `16: > 3.2e-2; 64: (1e-2, 3.2e-2]`
+  (`<= x`: open below), or `none`."""
+  if not wide:
+    return "none"
+  return "; ".join(f"{d}: " + (f"<= {fmt_lr(hi)}" if lo <= 0 else
+                               fmt_bracket((lo, None if hi == math.inf else hi)))
+                   for d, lo, hi in wide)
+
+
 def law_table(a: th.Analysis) -> str:
   """The slope of log lr* on log d_k per score: its model-free bracket (every
   lr* anywhere in its grid interval) and half-width, the interpolated point
@@ -158,11 +168,13 @@ def law_table(a: th.Analysis) -> str:
                  ", ".join(map(str, law.dims)) or MISSING,
                  f"{b.with_slope:,} of {b.replicates:,}",
                  MISSING if law.reference is None else f"{law.reference:+g}",
-                 _range(law.band) if law.band else "none registered", _verdict(law)])
+                 _range(law.band) if law.band else "none registered", _verdict(law),
+                 fmt_wide(law.wide)])
   return analysis_tables.markdown(
       ["score", "slope bracket (grid intervals, no interpolation)", "half-width",
        "interpolated slope", "95% interval (bootstrap over seeds only)", "d_k fitted",
-       "draws with a slope", "predicted", "band", "verdict"], rows)
+       "draws with a slope", "predicted", "band", "verdict",
+       "d_k: lr* intervals wider than a quarter-decade"], rows)
 
 
 def attention_table(a: th.Analysis) -> str:
@@ -196,10 +208,11 @@ def attention_law_table(a: th.Analysis) -> str:
                  MISSING if law.half_width is None else f"{law.half_width:.2f}",
                  ", ".join(map(str, law.dims)) or MISSING,
                  MISSING if law.reference is None else f"{law.reference:+g}",
-                 _range(law.band) if law.band else "none registered", _verdict(law)])
+                 _range(law.band) if law.band else "none registered", _verdict(law),
+                 fmt_wide(law.wide)])
   return analysis_tables.markdown(
       ["score", "slope bracket (grid intervals)", "half-width", "d_k bracketed", "predicted",
-       "band", "verdict"], rows)
+       "band", "verdict", "d_k: lr_att intervals wider than a quarter-decade"], rows)
 
 
 def sensitivity_table(a: th.Analysis) -> str:

@@ -308,6 +308,21 @@ def slope_bracket(intervals: Sequence[tuple[int, float, float]]) -> tuple[float,
   return extreme(False), extreme(True)
 
 
+# An interval of lr* wider than this (in decades) is wider than one step of the
+# quarter-decade ladder, whose steps are 0.243-0.255 decades once its rates are
+# rounded to two digits (1.8, 3.2, 5.6): a cell the ladder could still refine.
+LADDER_STEP_DECADES = 0.26
+
+
+def wide_intervals(intervals: Sequence[tuple[int, float, float]],
+                   decades: float = LADDER_STEP_DECADES) -> tuple[tuple[int, float, float], ...]:
+  """The (d_k, low, high) of `intervals` that keep a slope bracket wider than
+  one ladder step allows: open (a censored cell: low 0 or high inf) or wider
+  than `decades`."""
+  return tuple((d, lo, hi) for d, lo, hi in intervals
+               if lo <= 0 or hi == math.inf or math.log10(hi / lo) > decades)
+
+
 def loss_interval(t: Threshold) -> tuple[float, float] | None:
   """The grid interval of lr* as the slope bracket takes it: open above
   (high inf) where lr* is above the grid; open below (low 0) where lr_opt
@@ -472,6 +487,8 @@ class Law:
   band: tuple[float, float] | None = None  # pre-registered; None: no verdict can be `holds`
   verdict: str | None = None
   deciding_half_width: float | None = None  # where unresolved (`deciding_half_width`)
+  # The cells that keep the bracket wide (`wide_intervals`): (d_k, low, high).
+  wide: tuple[tuple[int, float, float], ...] = ()
 
   @property
   def half_width(self) -> float | None:
@@ -524,13 +541,14 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
     points = fit_points(own)
     mine = {(c.dim, c.lr): v for c, v in per_seed.items() if c.score == score}
     point, reference = slope(points), REFERENCE_SLOPES.get(score)
-    bracket, band = slope_bracket(intervals_of(own)), (bands or {}).get(score)
+    intervals, band = intervals_of(own), (bands or {}).get(score)
+    bracket = slope_bracket(intervals)
     said = verdict(bracket, reference, band)
     laws[score] = Law(score, point, tuple(d for d, _ in points),
                       bootstrap_slope(mine, planned, margin, replicates), reference,
                       bracket, band, said,
                       deciding_half_width(point, reference, band) if said == UNRESOLVED
-                      else None)
+                      else None, wide_intervals(intervals))
   fails, best = absolute_failures(losses, margin)
   by_cell = records_by_cell(grid.records)
   attention, attention_laws = {}, {}
@@ -547,7 +565,8 @@ def analyse(grid: Grid, margin: float = FAILURE_MARGIN,
     bracket = slope_bracket(intervals)
     said = verdict(bracket, reference, band)
     attention_laws[score] = Law(score, None, tuple(d for d, *_ in intervals),
-                                Bootstrap(None, None, 0, 0), reference, bracket, band, said)
+                                Bootstrap(None, None, 0, 0), reference, bracket, band, said,
+                                wide=wide_intervals(intervals))
   diagnostics = {c: {k: _mean_known(r.diagnostics.get(k) for r in rs)
                      for k in rs[0].diagnostics} for c, rs in by_cell.items()}
   bleu = {c: _mean_known(r.test_bleu for r in rs) for c, rs in by_cell.items()}

@@ -149,3 +149,27 @@ def test_the_readmes_state_the_committed_brackets_and_no_stronger_claim():
     assert "The predicted law for its threshold lr* (a μP-style argument for Adam) does not " \
            "hold" not in text
     assert "The prediction does not hold for the two dot products" not in text
+
+
+def test_the_report_names_the_cells_that_keep_a_bracket_wider_than_the_ladder():
+  # A quarter-decade step is 0.243-0.255 decades once rounded (1.8, 3.2, 5.6): not wide.
+  intervals = [(16, 1e-2, 3.2e-2), (64, 1e-3, 1.8e-3), (128, 5.6e-3, 1e-2), (256, 3.2e-2, math.inf),
+               (1024, 0.0, 1e-4)]
+  wide = th.wide_intervals(intervals)
+  assert [d for d, _, _ in wide] == [16, 256, 1024]
+  assert threshold_tables.fmt_wide(wide) == "16: (1e-2, 3.2e-2]; 256: > 3.2e-2; 1024: <= 1e-4"
+  assert threshold_tables.fmt_wide(()) == "none"
+  # On a grid: half-decade brackets at every d_k are all named; a quarter-decade grid none.
+  planned = (1e-4, 1e-3, 1e-2)
+  curves = {dim: (2.2, 2.0, 2.0 + 2 * MARGIN) for dim in (16, 64, 256)}
+  law = th.analyse(_grid(curves, planned), replicates=10).laws["scaled_dot"]
+  assert law.wide == tuple((d, 1e-3, 1e-2) for d in (16, 64, 256))
+  row = next(line for line in threshold_tables.law_table(
+      th.analyse(_grid(curves, planned), replicates=10)).splitlines()
+             if line.startswith("| scaled_dot"))
+  assert row.rstrip(" |").endswith("16: (1e-3, 1e-2]; 64: (1e-3, 1e-2]; 256: (1e-3, 1e-2]")
+  fine = (5.6e-4, 1e-3, 1.8e-3, 3.2e-3)  # lr* in (1.8e-3, 3.2e-3] at both
+  curves = {dim: (2.1, 2.0, 2.0 + MARGIN / 2, 2.0 + 2 * MARGIN) for dim in (16, 256)}
+  law = th.analyse(_grid(curves, fine), replicates=10).laws["scaled_dot"]
+  assert law.bracket == pytest.approx((-math.log(3.2 / 1.8) / LOG16, math.log(3.2 / 1.8) / LOG16))
+  assert law.wide == ()
