@@ -146,13 +146,13 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
 
 
 def plan_lines(analysis) -> list[str]:
-  """The premise grid's next runs (`threshold.plan_next`), a line per
+  """The premise grid's next runs (`adaptive.plan_next`), a line per
   (score, d_k): its score, d_k and every extra rate (planned beyond the
   coarse ones, the new included), which commands.sh passes to --sweep."""
-  from experiments.lr_threshold import threshold as th  # pylint: disable=g-import-not-at-top
+  from experiments.lr_threshold import adaptive  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise  # pylint: disable=g-import-not-at-top
   lines = []
-  for (score, dim), new in sorted(th.plan_next(analysis).items()):
+  for (score, dim), new in sorted(adaptive.plan_next(analysis).items()):
     planned = set(analysis.grid.planned(score, dim)) | set(new)
     extra = sorted(lr for lr in planned
                    if not any(abs(lr - c) <= 1e-9 * c for c in premise.COARSE_RATES))
@@ -194,7 +194,6 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
   a failure or a stop asked while they are written (`interrupts`, checked
   before they are put in place) leaves the old report whole. A write that
   fails is a ValueError of one line (`write_problem`)."""
-  from experiments.lr_threshold import threshold as th  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import plots as threshold_plots  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import records  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import tables as threshold_tables  # pylint: disable=g-import-not-at-top

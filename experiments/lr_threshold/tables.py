@@ -11,6 +11,7 @@ import math
 from typing import Sequence
 
 from attention_jax.analysis import tables as analysis_tables
+from experiments.lr_threshold import brackets
 from experiments.lr_threshold import grids
 from experiments.lr_threshold import records
 from experiments.lr_threshold import threshold as th
@@ -135,9 +136,9 @@ def _verdict(law: th.Law) -> str:
   """The verdict, with the bracket half-width that would decide an unresolved one."""
   if law.verdict is None:
     return MISSING
-  if law.verdict == th.UNRESOLVED and law.band is None:
+  if law.verdict == brackets.UNRESOLVED and law.band is None:
     return f"{law.verdict} (no band was registered, so no bracket can hold)"
-  if law.verdict == th.UNRESOLVED and law.deciding_half_width is not None:
+  if law.verdict == brackets.UNRESOLVED and law.deciding_half_width is not None:
     return (f"{law.verdict} (a half-width of {law.deciding_half_width:.2f} about the "
             "interpolated slope would decide)")
   return law.verdict

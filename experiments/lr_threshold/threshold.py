@@ -13,10 +13,10 @@ here are small pure functions of their numbers:
   absolute_failures  the pass/fail table against L_best(d) + FAILURE_MARGIN
   sensitivity        Wortsman et al.'s learning-rate sensitivity
   slope, bootstrap_slope   the law: log lr* on log d_k, and its interval
-  slope_bracket, verdict   what the grid allows without interpolation: each
-                     lr* anywhere in its grid interval (`Threshold.bracket`),
-                     the range of slopes that gives, and what that range says
-                     of the prediction (holds / fails / not resolved)
+  intervals_of       each lr* (or lr_att) as its grid interval
+                     (`Threshold.bracket`), which `brackets` turns into the
+                     range of slopes they allow and its verdict on the
+                     prediction (holds / fails / not resolved)
   shared_rates, on_rates   the learning rates every score ran, and the grid
                      cut to them
   analyse            all of it for one or more grids (`Analysis`, `as_json`)
@@ -75,7 +75,9 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from experiments.lr_threshold.grids import EARLY_STEP, Cell, Grid, Record
+from experiments.lr_threshold.brackets import (UNRESOLVED, deciding_half_width, slope_bracket,
+                                               verdict, wide_intervals)
+from experiments.lr_threshold.grids import Cell, Grid, Record
 from experiments.lr_threshold.presets import transformer_lr_cpu
 from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
 
@@ -90,50 +92,6 @@ SATURATED_SHARE = premise.SATURATED_SHARE
 SATURATION_KEY = "saturated_self_last"
 # The slope the mu-P argument for Adam predicts per score (the preset's docstring).
 REFERENCE_SLOPES = {"dot": -1.0, "scaled_dot": -0.5, "inverse_dim": 0.0, "qk_norm": 0.0}
-
-
-def ladder_index(lr: float, ladder: Sequence[float] = premise.LADDER) -> int:
-  """The place of `lr` on the ladder; a ValueError for a rate not on it."""
-  for i, rung in enumerate(ladder):
-    if math.isclose(lr, rung, rel_tol=1e-6):
-      return i
-  raise ValueError(f"learning rate {lr:g} is not on the ladder ({', '.join(map(str, ladder))}).")
-
-
-def plan_next(a: Analysis, ladder: Sequence[float] = premise.LADDER
-              ) -> dict[tuple[str, int], tuple[float, ...]]:
-  """The rates the adaptive rule asks for next (the preset's docstring,
-  stages 2 and 3), per (score, d_k), none of them planned yet. A curve with
-  a planned rate not yet known asks for nothing: its runs are under way.
-  Stage 2 first: a half-decade below where lr_opt is the curve's lowest
-  rate (or no L is finite), above where L never reaches the target, within
-  the ladder. Else stage 3: the ladder's middle rate of each grid interval
-  of lr* and of lr_att wider than one step."""
-  out = {}
-  g = a.grid
-  for score in g.scores:
-    for dim in g.dims[score]:
-      planned = g.planned(score, dim)
-      t, att = a.thresholds.get((score, dim)), a.attention.get((score, dim))
-      if t is None or not t.complete or any(Cell(score, dim, lr) in g.missing for lr in planned):
-        continue
-      places = [ladder_index(lr, ladder) for lr in planned]
-      new = set()
-      if (t.lowest or t.nowhere) and min(places) > 0:
-        new.add(ladder[max(min(places) - 2, 0)])
-      if t.above and max(places) < len(ladder) - 1:
-        new.add(ladder[min(max(places) + 2, len(ladder) - 1)])
-      if not new:
-        for low, high in (t.bracket or (None, None), att.bracket if att else (None, None)):
-          if low is None or high is None:
-            continue
-          i, j = ladder_index(low, ladder), ladder_index(high, ladder)
-          if j - i > 1:
-            new.add(ladder[(i + j) // 2])
-      new -= set(planned)
-      if new:
-        out[(score, dim)] = tuple(sorted(new))
-  return out
 
 
 # --- numbers ------------------------------------------------------------------
@@ -279,50 +237,6 @@ def fit_points(thresholds: Mapping[int, Threshold]) -> list[tuple[int, float]]:
   return [(d, t.lr_star) for d, t in sorted(thresholds.items()) if t.fitted]
 
 
-def slope_bracket(intervals: Sequence[tuple[int, float, float]]) -> tuple[float, float] | None:
-  """The model-free bracket of the slope: the smallest and largest
-  least-squares slope of log lr on log d_k over every choice of each lr
-  inside its grid interval ((d_k, low, high) `intervals`; low 0 or high inf
-  for an interval open below or above: a censored cell), no interpolation.
-  The slope is linear in the log lr, so each extreme takes every lr at an
-  end of its interval (for the largest: the high end where log d_k is above
-  its mean, the low end below it); a d_k at the mean weighs nothing. None
-  with fewer than two distinct d_k bounded on some side."""
-  intervals = [(d, lo, hi) for d, lo, hi in intervals if lo > 0 or hi < math.inf]
-  if len({d for d, _, _ in intervals}) < 2:
-    return None
-  x = np.log([d for d, _, _ in intervals])
-  x = x - x.mean()
-  norm = float(np.sum(x * x))
-  tiny = 1e-9 * float(np.max(np.abs(x)))
-
-  def extreme(high_above_mean: bool) -> float:
-    total = 0.0
-    for xi, (_, lo, hi) in zip(x, intervals):
-      if abs(xi) <= tiny:
-        continue  # the slope does not depend on it
-      end = hi if (xi > 0) == high_above_mean else lo
-      total += xi * (math.log(end) if 0 < end < math.inf else -math.inf if end == 0 else math.inf)
-    return total / norm
-
-  return extreme(False), extreme(True)
-
-
-# An interval of lr* wider than this (in decades) is wider than one step of the
-# quarter-decade ladder, whose steps are 0.243-0.255 decades once its rates are
-# rounded to two digits (1.8, 3.2, 5.6): a cell the ladder could still refine.
-LADDER_STEP_DECADES = 0.26
-
-
-def wide_intervals(intervals: Sequence[tuple[int, float, float]],
-                   decades: float = LADDER_STEP_DECADES) -> tuple[tuple[int, float, float], ...]:
-  """The (d_k, low, high) of `intervals` that keep a slope bracket wider than
-  one ladder step allows: open (a censored cell: low 0 or high inf) or wider
-  than `decades`."""
-  return tuple((d, lo, hi) for d, lo, hi in intervals
-               if lo <= 0 or hi == math.inf or math.log10(hi / lo) > decades)
-
-
 def loss_interval(t: Threshold) -> tuple[float, float] | None:
   """The grid interval of lr* as the slope bracket takes it: open above
   (high inf) where lr* is above the grid; open below (low 0) where lr_opt
@@ -353,39 +267,6 @@ def intervals_of(thresholds: Mapping[int, Threshold | AttentionThreshold]
     if interval is not None:
       out.append((d, *interval))
   return out
-
-
-HOLDS, FAILS, UNRESOLVED = "holds", "fails", "not resolved by this grid"
-
-
-def verdict(bracket: tuple[float, float] | None, reference: float | None,
-            band: tuple[float, float] | None = None) -> str | None:
-  """What a slope's model-free `bracket` says of the predicted `reference`:
-  FAILS where the bracket excludes it; HOLDS where it lies inside `band`
-  (pre-registered with the grid; without one nothing holds); else
-  UNRESOLVED. None without a bracket or a prediction."""
-  if bracket is None or reference is None:
-    return None
-  low, high = bracket
-  if not low <= reference <= high:
-    return FAILS
-  if band is not None and band[0] <= low and high <= band[1]:
-    return HOLDS
-  return UNRESOLVED
-
-
-def deciding_half_width(point: float | None, reference: float | None,
-                        band: tuple[float, float] | None) -> float | None:
-  """The bracket half-width, centred on the point estimate `point`, at which
-  an unresolved verdict would be decided: the bracket excludes `reference`
-  once narrower than their distance, and lies inside `band` once within it;
-  refining decides at the larger of the two. None without a point
-  estimate, a prediction or a band."""
-  if point is None or reference is None or band is None:
-    return None
-  apart = abs(point - reference)
-  inside = min(point - band[0], band[1] - point)
-  return max(apart, inside)
 
 
 @dataclasses.dataclass(frozen=True)

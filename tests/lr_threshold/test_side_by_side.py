@@ -10,7 +10,7 @@ import sys
 
 from experiments.lr_threshold import records
 from experiments.lr_threshold import side_by_side as sbs
-from experiments.lr_threshold import threshold as th
+from experiments.lr_threshold import brackets
 from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
 from tests.lr_threshold.test_threshold_premise import COARSE, _analysis, _rising
 
@@ -62,7 +62,7 @@ def test_the_page_puts_each_grid_s_numbers_in_its_own_columns():
   assert law[2] == f"[{math.log(1e-3 / 1e-2) / LOG16:+.2f}, +0.00]"
   g = math.log(3.2e-2 / 1e-2) / LOG16
   assert law[7] == f"[{-g:+.2f}, {g:+.2f}]" and law[8] == f"{g:.2f}"
-  assert law[6] == th.UNRESOLVED and law[11] == th.FAILS  # -1/2 inside the one, outside the other
+  assert law[6] == brackets.UNRESOLVED and law[11] == brackets.FAILS  # -1/2 inside the one, outside the other
   band = premise.BANDS["scaled_dot"]
   assert law[10] == f"[{band[0]:+.2f}, {band[1]:+.2f}]"
   assert _cells(_row(page, "qk_norm", "+0"))[7:] == [sbs.MISSING] * 5

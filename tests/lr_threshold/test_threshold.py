@@ -13,6 +13,7 @@ import sys
 import numpy as np
 import pytest
 
+from experiments.lr_threshold import brackets
 from experiments.lr_threshold import threshold as th
 from experiments.lr_threshold import records as threshold_records
 from experiments.lr_threshold import grids
@@ -451,7 +452,7 @@ def test_the_driver_writes_every_output_without_machine_paths(main_grid, tmp_pat
   # log(3e-4 / 1e-2) / log 16 to log(1e-3 / 3e-3) / log 16, containing -1.
   assert laws["dot"]["bracket"] == pytest.approx([math.log(3e-2) / math.log(16),
                                                   math.log(1 / 3) / math.log(16)])
-  assert laws["dot"]["verdict"] == th.UNRESOLVED and laws["dot"]["band"] is None
+  assert laws["dot"]["verdict"] == brackets.UNRESOLVED and laws["dot"]["band"] is None
   assert value["provenance"] == [{"commit": "c0ffee", "dirty": False,
                                   "versions": {"python": "3.11.7", "jax": "9.9"},
                                   "platform": "cpu", "device_kind": "Test CPU", "xla_flags": "",

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 
+from experiments.lr_threshold import brackets
 from experiments.lr_threshold import threshold as th
 from experiments.lr_threshold import grids
 from experiments.lr_threshold import tables as threshold_tables
@@ -30,25 +31,25 @@ def test_lr_star_bracket_is_the_last_passing_and_first_failing_rate():
 def test_slope_bracket_takes_each_lr_star_at_an_end_of_its_interval():
   # Every lr* in (3e-3, 1e-2]: the slope from 16 to 256 is at most log(10/3)/log 16.
   same = [(d, 3e-3, 1e-2) for d in (16, 64, 256)]
-  low, high = th.slope_bracket(same)
+  low, high = brackets.slope_bracket(same)
   assert high == pytest.approx(math.log(10 / 3) / LOG16) and low == pytest.approx(-high)
   assert high == pytest.approx(0.434, abs=1e-3)
   # The middle d_k carries no weight in a least-squares slope over three
   # evenly spaced log d_k: its interval does not matter.
   wide_middle = [(16, 3e-3, 1e-2), (64, 1e-5, 1.0), (256, 3e-3, 1e-2)]
-  assert th.slope_bracket(wide_middle) == pytest.approx((low, high))
+  assert brackets.slope_bracket(wide_middle) == pytest.approx((low, high))
   # Quarter-decade intervals at both ends: half-width log(10^0.25)/log 16 = 0.21.
   q = 10 ** 0.25
-  b = th.slope_bracket([(16, 1e-2, 1e-2 * q), (64, 5e-3, 5e-3 * q), (256, 2.5e-3, 2.5e-3 * q)])
+  b = brackets.slope_bracket([(16, 1e-2, 1e-2 * q), (64, 5e-3, 5e-3 * q), (256, 2.5e-3, 2.5e-3 * q)])
   assert (b[1] - b[0]) / 2 == pytest.approx(0.25 * math.log(10) / LOG16)
   assert (b[1] - b[0]) / 2 == pytest.approx(0.2076, abs=1e-4)
-  assert th.slope_bracket([(16, 1e-3, 1e-2)]) is None
+  assert brackets.slope_bracket([(16, 1e-3, 1e-2)]) is None
 
 
 def test_slope_bracket_contains_every_slope_of_points_inside_the_intervals():
   rng = np.random.default_rng(0)
   intervals = [(16, 1e-3, 5e-3), (64, 2e-3, 3e-3), (256, 1e-4, 1e-3)]
-  low, high = th.slope_bracket(intervals)
+  low, high = brackets.slope_bracket(intervals)
   for _ in range(500):
     points = [(d, math.exp(rng.uniform(math.log(lo), math.log(hi)))) for d, lo, hi in intervals]
     assert low - 1e-12 <= th.slope(points) <= high + 1e-12
@@ -57,22 +58,22 @@ def test_slope_bracket_contains_every_slope_of_points_inside_the_intervals():
 
 
 @pytest.mark.parametrize("bracket, band, said", [
-    ((-0.43, 0.43), None, th.FAILS),             # excludes -1
-    ((-1.2, -0.8), None, th.UNRESOLVED),          # contains -1; no band registered
-    ((-1.2, -0.8), (-1.25, -0.75), th.HOLDS),
-    ((-1.3, -0.8), (-1.25, -0.75), th.UNRESOLVED),
-    ((-0.9, -0.6), (-1.25, -0.75), th.FAILS),     # inside the band, but excludes -1
+    ((-0.43, 0.43), None, brackets.FAILS),             # excludes -1
+    ((-1.2, -0.8), None, brackets.UNRESOLVED),          # contains -1; no band registered
+    ((-1.2, -0.8), (-1.25, -0.75), brackets.HOLDS),
+    ((-1.3, -0.8), (-1.25, -0.75), brackets.UNRESOLVED),
+    ((-0.9, -0.6), (-1.25, -0.75), brackets.FAILS),     # inside the band, but excludes -1
 ])
 def test_verdict(bracket, band, said):
-  assert th.verdict(bracket, -1.0, band) == said
+  assert brackets.verdict(bracket, -1.0, band) == said
 
 
 def test_deciding_half_width():
   # Point -0.9, band [-1.25, -0.75]: it excludes -1 below 0.1, lies inside the band
   # below 0.15: refining decides at 0.15.
-  assert th.deciding_half_width(-0.9, -1.0, (-1.25, -0.75)) == pytest.approx(0.15)
-  assert th.deciding_half_width(-0.5, -1.0, (-1.25, -0.75)) == pytest.approx(0.5)
-  assert th.deciding_half_width(-0.9, -1.0, None) is None
+  assert brackets.deciding_half_width(-0.9, -1.0, (-1.25, -0.75)) == pytest.approx(0.15)
+  assert brackets.deciding_half_width(-0.5, -1.0, (-1.25, -0.75)) == pytest.approx(0.5)
+  assert brackets.deciding_half_width(-0.9, -1.0, None) is None
 
 
 def _grid(curves, planned):
@@ -102,7 +103,7 @@ def test_a_grid_whose_interpolated_slope_excludes_the_prediction_is_unresolved_b
   assert law.interval.low == pytest.approx(law.slope) == law.interval.high
   assert not law.interval.low <= -0.5 <= law.interval.high  # the bootstrap would exclude it
   assert law.bracket == pytest.approx((-math.log(10) / LOG16, math.log(10) / LOG16))
-  assert law.verdict == th.UNRESOLVED
+  assert law.verdict == brackets.UNRESOLVED
   table = threshold_tables.law_table(a)
   row = next(line for line in table.splitlines() if line.startswith("| scaled_dot"))
   assert "not resolved by this grid" in row and "[-0.83, +0.83]" in row and "-0.40" in row
@@ -110,7 +111,7 @@ def test_a_grid_whose_interpolated_slope_excludes_the_prediction_is_unresolved_b
   # slope p = -0.396, max(|p + 0.5|, min(p + 0.75, -0.25 - p)) = -0.25 - p = 0.146.
   banded = th.analyse(_grid(curves, planned), replicates=50,
                       bands={"scaled_dot": (-0.75, -0.25)}).laws["scaled_dot"]
-  assert banded.verdict == th.UNRESOLVED
+  assert banded.verdict == brackets.UNRESOLVED
   assert banded.deciding_half_width == pytest.approx(-0.25 - law.slope)
   # The same lr* on a grid a quarter-decade fine around them would decide: the
   # brackets (5.6e-3, 1e-2] at 16 and (1.8e-3, 3.2e-3] at 256 give a half-width of
@@ -126,7 +127,7 @@ def test_a_grid_whose_interpolated_slope_excludes_the_prediction_is_unresolved_b
   assert law.bracket[0] < -0.5 < law.bracket[1]
   assert law.half_width == pytest.approx((math.log(1e-2 / 5.6e-3) + math.log(3.2e-3 / 1.8e-3))
                                          / 2 / LOG16, abs=1e-3)
-  assert law.verdict == th.UNRESOLVED
+  assert law.verdict == brackets.UNRESOLVED
 
 
 def test_the_readmes_state_the_committed_brackets_and_no_stronger_claim():
@@ -155,7 +156,7 @@ def test_the_report_names_the_cells_that_keep_a_bracket_wider_than_the_ladder():
   # A quarter-decade step is 0.243-0.255 decades once rounded (1.8, 3.2, 5.6): not wide.
   intervals = [(16, 1e-2, 3.2e-2), (64, 1e-3, 1.8e-3), (128, 5.6e-3, 1e-2), (256, 3.2e-2, math.inf),
                (1024, 0.0, 1e-4)]
-  wide = th.wide_intervals(intervals)
+  wide = brackets.wide_intervals(intervals)
   assert [d for d, _, _ in wide] == [16, 256, 1024]
   assert threshold_tables.fmt_wide(wide) == "16: (1e-2, 3.2e-2]; 256: > 3.2e-2; 1024: <= 1e-4"
   assert threshold_tables.fmt_wide(()) == "none"

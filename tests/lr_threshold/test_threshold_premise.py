@@ -10,6 +10,8 @@ import sys
 
 import pytest
 
+from experiments.lr_threshold import adaptive
+from experiments.lr_threshold import brackets
 from experiments.lr_threshold import threshold as th
 from experiments.lr_threshold import grids
 from attention_jax.sweep import config as config_lib
@@ -83,7 +85,7 @@ def test_the_rule_extends_first_then_refines_to_one_ladder_step():
   assert a.thresholds[("dot", 16)].lowest and a.thresholds[("inverse_dim", 16)].above
   assert a.thresholds[("inverse_dim", 64)].bracket == (3.2e-3, 1e-2)
   assert a.attention[("inverse_dim", 64)].bracket == (1e-3, 3.2e-3)
-  plan = th.plan_next(a)
+  plan = adaptive.plan_next(a)
   assert plan == {("dot", 16): (3.2e-5,),        # a half-decade below (stage 2)
                   ("scaled_dot", 16): (1.8e-3,),  # the middle of (1e-3, 3.2e-3] (stage 3)
                   ("inverse_dim", 16): (1e-1,),   # a half-decade above, to the ceiling
@@ -91,12 +93,12 @@ def test_the_rule_extends_first_then_refines_to_one_ladder_step():
   # Refined: a quarter-decade interval asks for nothing more.
   done = _analysis({("scaled_dot", 16): (_rising(1e-3, 1.8e-3, COARSE + (1.8e-3,)), ())})
   assert done.thresholds[("scaled_dot", 16)].bracket == (1e-3, 1.8e-3)
-  assert th.plan_next(done) == {}
+  assert adaptive.plan_next(done) == {}
   # At the floor and the ceiling the extension stops.
   edge = _analysis({("dot", 16): ({1e-5: 2.0, 1e-4: 2.0 + 2 * MARGIN}, ()),
                     ("dot", 64): ({3.2e-2: 2.1, 1e-1: 2.0}, ())})
   assert edge.thresholds[("dot", 16)].lowest and edge.thresholds[("dot", 64)].above
-  assert th.plan_next(edge) == {("dot", 16): (3.2e-5,)}  # refines (1e-5, 1e-4] instead
+  assert adaptive.plan_next(edge) == {("dot", 16): (3.2e-5,)}  # refines (1e-5, 1e-4] instead
 
 
 def test_a_curve_with_a_rate_not_yet_known_asks_for_nothing():
@@ -105,7 +107,7 @@ def test_a_curve_with_a_rate_not_yet_known_asks_for_nothing():
   partial = grids.Grid(tuple(r for r in g.records if r.lr != 3.2e-2),
                     (grids.Cell("scaled_dot", 16, 3.2e-2),), g.learning_rates, g.dims,
                     g.vocab_size, g.steps, g.cell_rates)
-  assert th.plan_next(th.analyse(partial, replicates=10)) == {}
+  assert adaptive.plan_next(th.analyse(partial, replicates=10)) == {}
 
 
 def test_the_attention_rule():
@@ -126,9 +128,9 @@ def test_the_attention_rule():
   # Censored cells enter the slope bracket open on their side: in (1e-4, 1e-3] at
   # 16 and <= 1e-4 at 256 allow any slope down to -inf, and up to
   # log(1e-4 / 1e-4) / log 16 = 0.
-  low, high = th.slope_bracket([(16, 1e-4, 1e-3), (256, 0.0, 1e-4)])
+  low, high = brackets.slope_bracket([(16, 1e-4, 1e-3), (256, 0.0, 1e-4)])
   assert low == -math.inf and high == pytest.approx(0.0, abs=1e-12)
-  assert th.slope_bracket([(16, 1e-4, 1e-3), (256, 1e-2, math.inf)])[1] == math.inf
+  assert brackets.slope_bracket([(16, 1e-4, 1e-3), (256, 1e-2, math.inf)])[1] == math.inf
 
 
 def test_the_premise_workdir_reads_as_one_grid_and_plans_from_the_command_line(tmp_path):
@@ -147,7 +149,7 @@ def test_the_premise_workdir_reads_as_one_grid_and_plans_from_the_command_line(t
   assert grid.planned("dot", 16) == COARSE
   a = th.analyse(grid, replicates=10, bands=premise.BANDS)
   assert a.thresholds[("dot", 64)].bracket == (1.8e-3, 3.2e-3)
-  plan = th.plan_next(a)
+  plan = adaptive.plan_next(a)
   assert ("dot", 64) not in plan and plan[("dot", 16)] == (1.8e-3,)
   out = subprocess.run(
       [sys.executable, "-m", "experiments.lr_threshold.report",
