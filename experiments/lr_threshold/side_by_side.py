@@ -177,7 +177,9 @@ def law_rows(glorot: dict, premise: dict, key: str) -> list[list[str]]:
 
 def _state(report: dict) -> str:
   missing = len(report["missing"])
-  return "complete" if not missing else f"{missing} planned cells not yet known"
+  # "so far": an adaptive grid's rule may still plan more (its report's --plan says).
+  return ("every cell planned so far is known" if not missing
+          else f"{missing} planned cells not yet known")
 
 
 def _provenance(name: str, report: dict, link: str) -> str:
