@@ -39,6 +39,20 @@ def boolean(x, name: str) -> None:
         f"{jnp.result_type(x)} with shape {tuple(jnp.shape(x))}.")
 
 
+def mask_within(mask, scores_shape) -> jnp.ndarray | None:
+  """`mask` as an array, checked: boolean, and broadcasting to `scores_shape`
+  without enlarging it (None stays None)."""
+  if mask is None:
+    return None
+  mask = jnp.asarray(mask)
+  boolean(mask, "mask")
+  joint = broadcast_shapes({"mask": mask.shape, "scores": tuple(scores_shape)})
+  if joint != tuple(scores_shape):
+    raise ValueError(f"`mask` {tuple(mask.shape)} must broadcast to the scores shape "
+                     f"{tuple(scores_shape)} without enlarging it.")
+  return mask
+
+
 def integer(x, name: str) -> None:
   if not jnp.issubdtype(jnp.result_type(x), jnp.integer):
     raise TypeError(

@@ -40,19 +40,6 @@ IMPLEMENTATIONS = ("auto", "plain", "xla", "cudnn", "blockwise", "pallas")
 _BLOCKWISE_MIN_KEYS = 512
 
 
-def _check_mask(mask, scores_shape):
-  if mask is None:
-    return None
-  mask = jnp.asarray(mask)
-  _validate.boolean(mask, "mask")
-  joint = _validate.broadcast_shapes({"mask": mask.shape, "scores": scores_shape})
-  if joint != tuple(scores_shape):
-    raise ValueError(
-        f"`mask` {tuple(mask.shape)} must broadcast to the scores shape "
-        f"{tuple(scores_shape)} without enlarging it.")
-  return mask
-
-
 def attend(scores: jax.Array, values: jax.Array, mask: jax.Array | None = None):
   """Masked softmax over the key axis, then the weighted sum of the values.
 
@@ -79,7 +66,7 @@ def attend(scores: jax.Array, values: jax.Array, mask: jax.Array | None = None):
                       "values (Tk axis)", scores.shape, values.shape)
   _validate.broadcast_shapes({"scores (leading axes)": scores.shape[:-2],
                               "values (leading axes)": values.shape[:-2]})
-  mask = _check_mask(mask, scores.shape)
+  mask = _validate.mask_within(mask, scores.shape)
 
   logits = scores.astype(jnp.float32)  # [..., Tq, Tk]
   if mask is None:
@@ -491,7 +478,7 @@ def attention(query: jax.Array, keys: jax.Array, values: jax.Array, *,
   # Checked here too, so the fused path names `values` like `attend` does.
   _validate.broadcast_shapes({"query/keys (leading axes)": scores.shape[:-2],
                               "values (leading axes)": values.shape[:-2]})
-  mask = _check_mask(mask, scores.shape)
+  mask = _validate.mask_within(mask, scores.shape)
   lead, (tq, tk) = scores.shape[:-2], scores.shape[-2:]
   batch = lead[:-1] if len(lead) >= 2 else lead
   query_lengths = _check_lengths(query_lengths, "query_lengths", batch, tq)

@@ -286,13 +286,7 @@ def dot_product_attention(query: jax.Array, keys: jax.Array, values: jax.Array,
                                      "keys (leading axes)": keys.shape[:-2],
                                      "values (leading axes)": values.shape[:-2]})
   tq, tk, d, dv = query.shape[-2], keys.shape[-2], query.shape[-1], values.shape[-1]
-  if mask is not None:
-    mask = jnp.asarray(mask)
-    _validate.boolean(mask, "mask")
-    joint = _validate.broadcast_shapes({"mask": mask.shape, "scores": lead + (tq, tk)})
-    if joint != lead + (tq, tk):
-      raise ValueError(f"`mask` {tuple(mask.shape)} must broadcast to the scores "
-                       f"shape {lead + (tq, tk)} without enlarging it.")
+  mask = _validate.mask_within(mask, lead + (tq, tk))
   dtype = jnp.result_type(query, keys, values)
   if not jnp.issubdtype(dtype, jnp.floating):
     raise TypeError(f"query, keys and values must be floating point, got {dtype}.")

@@ -485,3 +485,24 @@ def test_select_implementation_refuses_what_cannot_serve(score, impl, match):
   q = jnp.ones((2, 3, 8))
   with pytest.raises(ValueError, match=match):
     attention_lib.select_implementation(score, impl, q, q, q)
+
+
+def test_every_kernel_refuses_a_mask_that_would_enlarge_the_scores_in_one_line():
+  """`attend`, the blockwise kernel and the Pallas additive kernels check a
+  mask the same way (`_validate.mask_within`): boolean, and broadcasting to
+  the scores without enlarging them."""
+  from attention_jax import _validate  # pylint: disable=import-outside-toplevel
+  from attention_jax import blockwise  # pylint: disable=import-outside-toplevel
+  from attention_jax import pallas_additive  # pylint: disable=import-outside-toplevel
+  q = jnp.ones((2, 3, 4))
+  wider = jnp.ones((2, 2, 3, 3), bool)  # an extra axis: [2, 2, 3, 3] > scores [2, 3, 3]
+  said = r"`mask` \(2, 2, 3, 3\) must broadcast to the scores shape \(2, 3, 3\) without enlarging it"
+  for call in (lambda: attention_lib.attend(jnp.ones((2, 3, 3)), q, wider),
+               lambda: blockwise.dot_product_attention(q, q, q, wider),
+               lambda: pallas_additive.additive_attention_projected(q, q, q, jnp.ones(4), wider)):
+    with pytest.raises(ValueError, match=said):
+      call()
+  with pytest.raises(TypeError, match="`mask` must be a boolean array"):
+    _validate.mask_within(jnp.ones((3, 3)), (2, 3, 3))
+  assert _validate.mask_within(None, (2, 3, 3)) is None
+  assert _validate.mask_within(np.ones((3, 1), bool), (2, 3, 3)).shape == (3, 1)

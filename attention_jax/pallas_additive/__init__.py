@@ -178,13 +178,7 @@ def additive_attention_projected(q_proj: jax.Array, k_proj: jax.Array, values: j
                                      "values (leading axes)": values.shape[:-2],
                                      "v (leading axes)": v.shape[:-1]})
   tq0, tk0, dv0 = q_proj.shape[-2], k_proj.shape[-2], values.shape[-1]
-  if mask is not None:
-    mask = jnp.asarray(mask)
-    _validate.boolean(mask, "mask")
-    joint = _validate.broadcast_shapes({"mask": mask.shape, "scores": lead + (tq0, tk0)})
-    if joint != lead + (tq0, tk0):
-      raise ValueError(f"`mask` {tuple(mask.shape)} must broadcast to the scores shape "
-                       f"{lead + (tq0, tk0)} without enlarging it.")
+  mask = _validate.mask_within(mask, lead + (tq0, tk0))
   platform = _platform()
   interpret = platform == "cpu" if interpret is None else bool(interpret)
   backward = default_backward(platform) if backward is None else backward

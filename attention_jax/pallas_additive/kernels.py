@@ -286,8 +286,11 @@ def _sizes(q, values):
   return n, chunks, chunk, values.shape[-1]
 
 
-def _forward_call(cfg: Config, q, k, values, v, mask):
-  n, chunks, chunk, dv = _sizes(q, values)
+def _query_block_inputs(cfg: Config, q, k, values, v, mask) -> tuple[list, list]:
+  """(in_specs, args) shared by the kernels with a program per query block
+  (the forward and `dq`): this block's queries, the head's keys, values and
+  `v` whole, and the mask's rows of the block."""
+  _, chunks, chunk, dv = _sizes(q, values)
   r = cfg.blocks.rows
   in_specs = [_spec((None, chunks, r, chunk), lambda n, i: (n, 0, i, 0)),
               _spec((None, chunks, cfg.tk, chunk), lambda n, i: (n, 0, 0, 0)),
@@ -297,6 +300,13 @@ def _forward_call(cfg: Config, q, k, values, v, mask):
   if cfg.masked:
     in_specs.append(_mask_spec(cfg, r, transposed=False))
     args.append(mask)
+  return in_specs, args
+
+
+def _forward_call(cfg: Config, q, k, values, v, mask):
+  n, chunks, _, dv = _sizes(q, values)
+  r = cfg.blocks.rows
+  in_specs, args = _query_block_inputs(cfg, q, k, values, v, mask)
   out_shape = (jax.ShapeDtypeStruct((n, cfg.tq, dv), values.dtype),
                jax.ShapeDtypeStruct((n, cfg.tq, 1), jnp.float32))
   out_specs = (_spec((None, r, dv), lambda n, i: (n, i, 0)),
@@ -310,14 +320,7 @@ def _forward_call(cfg: Config, q, k, values, v, mask):
 def _dq_call(cfg: Config, q, k, values, v, mask, lse, delta, d_out):
   n, chunks, chunk, dv = _sizes(q, values)
   r = cfg.blocks.rows
-  in_specs = [_spec((None, chunks, r, chunk), lambda n, i: (n, 0, i, 0)),
-              _spec((None, chunks, cfg.tk, chunk), lambda n, i: (n, 0, 0, 0)),
-              _spec((None, cfg.tk, dv), lambda n, i: (n, 0, 0)),
-              _spec((None, chunks, 1, chunk), lambda n, i: (n, 0, 0, 0))]
-  args = [q, k, values, v]
-  if cfg.masked:
-    in_specs.append(_mask_spec(cfg, r, transposed=False))
-    args.append(mask)
+  in_specs, args = _query_block_inputs(cfg, q, k, values, v, mask)
   in_specs += [_spec((None, r, 1), lambda n, i: (n, i, 0)),
                _spec((None, r, 1), lambda n, i: (n, i, 0)),
                _spec((None, r, dv), lambda n, i: (n, i, 0))]
