@@ -184,8 +184,8 @@ def _state(report: dict) -> str:
 
 def _provenance(name: str, report: dict, link: str) -> str:
   made = report.get("analysed_at") or {}
-  runs = sorted({p.get("commit", "?")[:7] for p in report.get("provenance", [])})
-  return (f"- {name}: [{link}]({link}), analysed at {str(made.get('commit', '?'))[:7]} from "
+  runs = sorted({str(p.get("commit") or "?")[:7] for p in report.get("provenance", [])})
+  return (f"- {name}: [{link}]({link}), analysed at {str(made.get('commit') or '?')[:7]} from "
           f"runs at {', '.join(runs) or MISSING}; {_state(report)}.")
 
 
