@@ -88,19 +88,6 @@ def _by_score(rows: Sequence[dict]) -> dict[str, dict]:
   return {row["score"]: row for row in rows}
 
 
-def _lr_interval(bracket: Sequence[float | None] | None) -> str:
-  """A JSON grid interval: `(low, high]`, `> low` above the grid, `<= high`
-  below it (the attention rule's lowest rate already saturated)."""
-  if not bracket:
-    return MISSING
-  low, high = bracket
-  if low is None and high is None:
-    return MISSING
-  if low is None:
-    return f"<= {threshold_tables.fmt_lr(high)}"
-  return threshold_tables.fmt_bracket((low, high))
-
-
 def _slope_range(pair: Sequence[float | None] | None) -> str:
   """A JSON slope bracket, whose open ends were written as null."""
   if pair is None:
@@ -126,7 +113,7 @@ def _interval(row: dict | None) -> str:
   not yet known."""
   if row is None:
     return MISSING
-  text = _lr_interval(row["bracket"])
+  text = threshold_tables.fmt_bracket(row["bracket"])
   return text if row.get("complete", True) or text == MISSING else f"{text} (provisional)"
 
 

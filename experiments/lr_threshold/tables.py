@@ -98,11 +98,14 @@ def threshold_table(a: th.Analysis) -> str:
        "flags"], rows)
 
 
-def fmt_bracket(bracket: tuple[float, float | None] | None) -> str:
-  """The grid interval that holds lr*, `(3e-3, 1e-2]` (`> 1e-2` above the grid)."""
-  if bracket is None:
+def fmt_bracket(bracket: Sequence[float | None] | None) -> str:
+  """The grid interval that holds lr* or lr_att, `(3e-3, 1e-2]`: `> 1e-2` open
+  above the grid, `<= 1e-4` open below it (None for an open end)."""
+  if bracket is None or (bracket[0] is None and bracket[1] is None):
     return MISSING
   low, high = bracket
+  if low is None:
+    return f"<= {fmt_lr(high)}"
   return f"> {fmt_lr(low)}" if high is None else f"({fmt_lr(low)}, {fmt_lr(high)}]"
 
 
@@ -149,8 +152,7 @@ def fmt_wide(wide: Sequence[tuple[int, float, float]]) -> str:
   (`<= x`: open below), or `none`."""
   if not wide:
     return "none"
-  return "; ".join(f"{d}: " + (f"<= {fmt_lr(hi)}" if lo <= 0 else
-                               fmt_bracket((lo, None if hi == math.inf else hi)))
+  return "; ".join(f"{d}: " + fmt_bracket((lo if lo > 0 else None, None if hi == math.inf else hi))
                    for d, lo, hi in wide)
 
 
@@ -188,13 +190,13 @@ def attention_table(a: th.Analysis) -> str:
       if t is None:
         rows.append([s, str(d), MISSING, "no cell known"])
         continue
-      low, high = t.bracket
+      cell = fmt_bracket(t.bracket)
       if t.below:
-        cell, flag = f"<= {fmt_lr(high)}", "below the grid: its lowest rate saturates"
+        flag = "below the grid: its lowest rate saturates"
       elif t.above:
-        cell, flag = f"> {fmt_lr(low)}", "above the grid: no rate saturates"
+        flag = "above the grid: no rate saturates"
       else:
-        cell, flag = f"({fmt_lr(low)}, {fmt_lr(high)}]", "fitted"
+        flag = "fitted"
       if not t.complete:
         flag = "provisional: lrs missing" if flag == "fitted" else f"{flag}; provisional"
       rows.append([s, str(d), cell, flag])
