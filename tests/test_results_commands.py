@@ -193,3 +193,60 @@ def test_the_premise_grids_seed_puts_committed_runs_into_a_fresh_workdir(tmp_pat
       assert sorted(os.listdir(work / rel)) == ["config.json", "result.json"]
   assert sorted(os.listdir(kept)) == ["metrics.jsonl"]  # never over a run it has
   assert seed() == []  # a second seed finds nothing to bring
+
+
+# `python` for the premise grid's run loop: each `report --plan` prints the
+# next of the plans in $PLANS (separated by lines of ---; none once they run
+# out); every call is logged.
+PLAN_STAND_IN = textwrap.dedent("""\
+    #!{python}
+    import os, sys
+    with open(os.environ["CALLS"], "a") as f:
+        f.write(" ".join(sys.argv[2:]) + "\\n")
+    if "--plan" in sys.argv:
+        with open(os.environ["PLANS"]) as f:
+            plans = f.read().split("---\\n")
+        with open(os.environ["PLANS"], "w") as f:
+            f.write("---\\n".join(plans[1:]))
+        print(plans[0] if plans else "", end="")
+    """)
+
+
+def _premise_run(tmp_path, plans):
+  bin_dir = tmp_path / "bin"
+  bin_dir.mkdir()
+  (bin_dir / "python").write_text(PLAN_STAND_IN.format(python=sys.executable))
+  (bin_dir / "python").chmod(0o755)
+  (tmp_path / "plans").write_text("---\n".join(plans))
+  script = os.path.join(ROOT, "results", "lr_threshold", "transformer_lr_premise_cpu", "commands.sh")
+  env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PY": "python",
+         "W": "w", "CALLS": str(tmp_path / "calls.log"), "PLANS": str(tmp_path / "plans")}
+  proc = subprocess.run(["bash", script, "run"], cwd=tmp_path, env=env, capture_output=True,
+                        text=True, timeout=120)
+  return proc, (tmp_path / "calls.log").read_text().splitlines()
+
+
+def test_the_premise_loop_trains_each_round_then_the_glorot_refinement(tmp_path):
+  proc, calls = _premise_run(tmp_path, ["dot 16 0.0056\nscaled_dot 256 0.018\n", ""])
+  assert proc.returncode == 0, proc.stderr
+  trained = [c for c in calls if c.startswith("experiments.ablation")]
+  assert trained[0].endswith("--workdir=w/coarse --sweep=learning_rate=1e-4,3.2e-4,1e-3,3.2e-3,1e-2,3.2e-2")
+  assert sorted(trained[1:3]) == sorted([
+      "experiments.ablation --preset=transformer_lr_premise_cpu --workdir=w/extra/dot_d16 "
+      "--arms=dot --dims=16 --baseline=dot --workers=1 --sweep=learning_rate=0.0056",
+      "experiments.ablation --preset=transformer_lr_premise_cpu --workdir=w/extra/scaled_dot_d256 "
+      "--arms=scaled_dot --dims=256 --baseline=scaled_dot --workers=1 --sweep=learning_rate=0.018"])
+  assert trained[3] == ("experiments.ablation --preset=transformer_lr_cpu --workdir=w/glorot_fine "
+                        "--arms=dot,scaled_dot --sweep=learning_rate=1.8e-3,5.6e-3,1.8e-2")
+  assert "the premise grid is complete by its rule" in proc.stdout
+
+
+def test_a_round_that_leaves_the_same_runs_unfinished_stops_the_loop_naming_them(tmp_path):
+  # The plan lists a run the round could not finish twice running: the loop
+  # stops there (rather than training it for ever) and never starts the
+  # Glorot refinement.
+  proc, calls = _premise_run(tmp_path, ["dot 16 0.0056\n", "dot 16 0.0056\n", ""])
+  assert proc.returncode == 1
+  assert proc.stderr.strip() == "error: the round just trained left these unfinished: dot 16 0.0056"
+  assert len([c for c in calls if "--workdir=w/extra/dot_d16" in c]) == 1
+  assert not any("glorot_fine" in c for c in calls)

@@ -1,8 +1,8 @@
 """The adaptive rule of the `transformer_lr_premise_cpu` grid (its preset's
 docstring, stages 2 and 3), as a function of the analysis so far: which
 learning rates each (score, d_k) curve asks for next (`plan_next`), on the
-preset's quarter-decade ladder. `report --plan` prints them and commands.sh
-trains them.
+preset's quarter-decade ladder, and the planned ones not yet finished
+(`unfinished`). `report --plan` prints both and commands.sh trains them.
 """
 
 from __future__ import annotations
@@ -57,3 +57,15 @@ def plan_next(a: Analysis, ladder: Sequence[float] = premise.LADDER
       if new:
         out[(score, dim)] = tuple(sorted(new))
   return out
+
+
+def unfinished(a: Analysis) -> dict[tuple[str, int], tuple[float, ...]]:
+  """The planned rates of each (score, d_k) whose runs have no result yet:
+  runs under way in another process, or runs a kill, a crash or a restart of
+  the machine interrupted. `plan_next` asks such a curve for nothing new; a
+  re-run of the same sweep resumes them from their checkpoints (and a run
+  still under way keeps a second process out by its workdir's lock)."""
+  out: dict[tuple[str, int], list[float]] = {}
+  for cell in a.grid.missing:
+    out.setdefault((cell.score, cell.dim), []).append(cell.lr)
+  return {key: tuple(sorted(rates)) for key, rates in out.items()}

@@ -55,8 +55,9 @@ def define_flags() -> None:
   flags.DEFINE_string("fine", "", "transformer_lr_cpu: the workdir of its refinement (dot "
                       "and scaled_dot at the premise preset's GLOROT_FINE_RATES), read with "
                       "--main as one grid and judged with the premise preset's bands.")
-  flags.DEFINE_bool("plan", False, "transformer_lr_premise_cpu: print the runs its adaptive "
-                    "rule asks for next, a line per (score, d_k): 'SCORE DIM RATE,RATE,...' "
+  flags.DEFINE_bool("plan", False, "transformer_lr_premise_cpu: print the runs to train "
+                    "next (those its adaptive rule asks for, and extra ones planned but "
+                    "not finished), a line per (score, d_k): 'SCORE DIM RATE,RATE,...' "
                     "(every extra rate of that pair, the new ones included), and write "
                     "nothing.")
 
@@ -146,16 +147,23 @@ def read(main: str, controls: str, preset: str = "transformer_lr_cpu", layer_nor
 
 
 def plan_lines(analysis) -> list[str]:
-  """The premise grid's next runs (`adaptive.plan_next`), a line per
-  (score, d_k): its score, d_k and every extra rate (planned beyond the
-  coarse ones, the new included), which commands.sh passes to --sweep."""
+  """The premise grid's next runs, a line per (score, d_k): its score, d_k
+  and every extra rate (planned beyond the coarse ones), which commands.sh
+  passes to --sweep. A curve is listed where the rule asks for new rates
+  (`adaptive.plan_next`) or where an extra rate it planned has not finished
+  (`adaptive.unfinished`: an interrupted run, which the sweep resumes while
+  skipping the finished ones). A coarse cell not finished is left to the
+  coarse sweep, which commands.sh re-runs first."""
   from experiments.lr_threshold import adaptive  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise  # pylint: disable=g-import-not-at-top
+  coarse = lambda lr: any(abs(lr - c) <= 1e-9 * c for c in premise.COARSE_RATES)
+  asks = adaptive.plan_next(analysis)
+  waiting = {key: rates for key, rates in adaptive.unfinished(analysis).items()
+             if not all(coarse(lr) for lr in rates)}
   lines = []
-  for (score, dim), new in sorted(adaptive.plan_next(analysis).items()):
-    planned = set(analysis.grid.planned(score, dim)) | set(new)
-    extra = sorted(lr for lr in planned
-                   if not any(abs(lr - c) <= 1e-9 * c for c in premise.COARSE_RATES))
+  for score, dim in sorted(set(asks) | set(waiting)):
+    planned = set(analysis.grid.planned(score, dim)) | set(asks.get((score, dim), ()))
+    extra = sorted(lr for lr in planned if not coarse(lr))
     lines.append(f"{score} {dim} {','.join(repr(lr) for lr in extra)}")
   return lines
 

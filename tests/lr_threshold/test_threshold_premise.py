@@ -14,6 +14,7 @@ from experiments.lr_threshold import adaptive
 from experiments.lr_threshold import brackets
 from experiments.lr_threshold import threshold as th
 from experiments.lr_threshold import grids
+from experiments.lr_threshold import report
 from attention_jax.sweep import config as config_lib
 from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
 from tests.lr_threshold.test_threshold import write_run
@@ -108,6 +109,32 @@ def test_a_curve_with_a_rate_not_yet_known_asks_for_nothing():
                     (grids.Cell("scaled_dot", 16, 3.2e-2),), g.learning_rates, g.dims,
                     g.vocab_size, g.steps, g.cell_rates)
   assert adaptive.plan_next(th.analyse(partial, replicates=10)) == {}
+
+
+def test_an_interrupted_run_of_the_rule_is_planned_again_and_a_coarse_one_is_left_to_its_sweep(
+    tmp_path):
+  root = tmp_path / "premise"
+  for score in CFG.arms:
+    for dim in CFG.dims:
+      for lr in COARSE:
+        mean = _rising(1e-3, 3.2e-3)[lr]
+        # (inverse_dim, 16) at 3.2e-2: a coarse run cut short.
+        unfinished = (score, dim, lr) == ("inverse_dim", 16, 3.2e-2)
+        write_run(root / grids.COARSE, CFG, COARSE, score, dim, lr, [mean, mean],
+                  until=500 if unfinished else None, finished=not unfinished)
+  # The rule's run of (scaled_dot, 256) at 1.8e-3 killed at step 500; (dot, 64)'s finished.
+  for score, dim, finished in (("scaled_dot", 256, False), ("dot", 64, True)):
+    write_run(root / grids.EXTRA / grids.extra_name(score, dim),
+              CFG.replace(arms=(score,), dims=(dim,)), (1.8e-3,), score, dim, 1.8e-3,
+              [2.0 + MARGIN / 4] * 2, until=None if finished else 500, finished=finished)
+  a = th.analyse(grids.read_premise(str(root), CFG), replicates=10, bands=premise.BANDS)
+  assert adaptive.unfinished(a) == {("scaled_dot", 256): (1.8e-3,), ("inverse_dim", 16): (3.2e-2,)}
+  assert ("scaled_dot", 256) not in adaptive.plan_next(a)
+  lines = report.plan_lines(a)
+  # Resumed with its rate; the rule's new rates for the other curves as before.
+  assert "scaled_dot 256 0.0018" in lines and "dot 16 0.0018" in lines
+  assert not any(line.startswith(("dot 64", "inverse_dim 16")) for line in lines)
+  assert len(lines) == 7  # the eight of a finished coarse grid, less (dot, 64) and (inverse_dim, 16)
 
 
 def test_the_attention_rule():

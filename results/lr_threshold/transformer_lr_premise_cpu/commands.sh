@@ -3,7 +3,7 @@
 # docstring holds the rule, the rates and the verdict bands, fixed before any
 # run) and the Glorot grid's refinement. Run from the repository root:
 #   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh run      # trains (resumable: re-run it)
-#   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh plan     # the runs the rule asks for next
+#   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh plan     # the runs to train next
 #   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh copy     # finished runs into results/, reports
 #   bash results/lr_threshold/transformer_lr_premise_cpu/commands.sh seed     # committed runs into W (a fresh machine)
 # `seed` is `copy` backwards, for a machine whose W lacks runs that results/ holds: each
@@ -13,7 +13,9 @@
 # extra/<score>_d<dim>/ (the rates the rule added to that pair) and glorot_fine/ (the
 # transformer_lr_cpu grid's dot and scaled_dot at 1.8e-3, 5.6e-3, 1.8e-2); PY the
 # project's Python. A round of the rule's runs trains two (score, d_k) pairs at once,
-# each pinned to a core of its own, as the coarse grid's two workers are.
+# each pinned to a core of its own, as the coarse grid's two workers are. A round also
+# resumes the rule's runs that a kill or a restart interrupted (planned, no result.json);
+# a round that leaves the same runs unfinished stops the loop with their names.
 # `copy` brings each finished run's files (never its checkpoints) into
 # results/lr_threshold/transformer_lr_premise_cpu/{coarse,extra} and results/lr_threshold/transformer_lr_cpu/fine,
 # so that a fresh clone skips those runs, then writes both reports from the committed
@@ -73,9 +75,15 @@ case "${1:-}" in
   run)
     "$PY" -m experiments.ablation --preset=$PRESET --workdir="$W/coarse" \
         --sweep=learning_rate=$COARSE_LRS
+    last=""
     while true; do
       lines=$(plan "$W")
       [ -n "$lines" ] || break
+      if [ "$lines" = "$last" ]; then
+        echo "error: the round just trained left these unfinished: $lines" >&2
+        exit 1
+      fi
+      last="$lines"
       echo "the rule asks for: $lines"
       printf '%s\n' "$lines" | awk 'NR % 2 == 1' | extra_lane 0 &
       first=$!
