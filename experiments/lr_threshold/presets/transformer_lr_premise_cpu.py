@@ -99,13 +99,20 @@ grid is extended. Its verdicts then use the same bands.
 
 Expected, by the mu-P argument for Adam, where the premise holds: lr* falls
 like 1/d_k for `dot`, like d_k^-1/2 for `scaled_dot`, and is flat for
-`inverse_dim`. Result: (not yet run).
+`inverse_dim`. Result (65 runs at 33a8fac, the report at b5fa0d5;
+results/lr_threshold/transformer_lr_premise_cpu/README.md), the loss rule's
+slope brackets: `dot` [+0.42, +0.83], fails under its premise (its lr* rises
+with d_k, from an optimum 0.22-0.92 nats worse than `scaled_dot`'s);
+`scaled_dot` [-0.42, +0.00], fails under its premise; `inverse_dim`
+[-0.21, +0.21], holds under its premise.
 
 Time: predicted before the first run: 54 coarse runs, 9-27 of stages 2-3,
 18 Glorot runs, at 700-1,080 s of training clock a run of two seeds on one
 core (transformer_lr_cpu's runs with the 2-core Xeon to itself, d_k 16 to
 256): about 20-25 h of run clocks, 10-13 h of wall with two workers on an
-idle 2-core machine. Measured: (not yet run).
+idle 2-core machine. Measured (2-core AMD EPYC, shared with other work):
+65 runs of this grid, 17.5 h of run clocks, 12.5 h of wall with stops;
+the Glorot refinement: training.
 """
 
 import math
