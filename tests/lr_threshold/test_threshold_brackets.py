@@ -11,6 +11,7 @@ from experiments.lr_threshold import brackets
 from experiments.lr_threshold import threshold as th
 from experiments.lr_threshold import grids
 from experiments.lr_threshold import tables as threshold_tables
+from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premise
 
 MARGIN = th.FAILURE_MARGIN
 LOG16 = math.log(16)
@@ -174,3 +175,35 @@ def test_the_report_names_the_cells_that_keep_a_bracket_wider_than_the_ladder():
   law = th.analyse(_grid(curves, fine), replicates=10).laws["scaled_dot"]
   assert law.bracket == pytest.approx((-math.log(3.2 / 1.8) / LOG16, math.log(3.2 / 1.8) / LOG16))
   assert law.wide == ()
+
+
+def test_the_premise_grids_verdicts_are_quoted_from_its_committed_report():
+  """Each score's slope bracket and verdict in the README, the grid's README and
+  the preset's docstring are those of the committed premise report, the
+  verdict in the preset's words ("fails under its premise", "holds under its
+  premise"); none of them calls a verdict the report does not give."""
+  import json
+  import pathlib
+  root = pathlib.Path(__file__).resolve().parents[2]
+  here = root / "results/lr_threshold/transformer_lr_premise_cpu"
+  report = json.loads((here / "lr_threshold.json").read_text())
+  assert report["missing"] == []  # the verdict is quoted from a finished grid only
+  laws = {law["score"]: law for law in report["laws"]}
+  docstring = premise.__doc__
+  words = {brackets.HOLDS: "holds under its premise", brackets.FAILS: "fails under its premise"}
+  readme, grid_readme = ((root / "README.md").read_text(encoding="utf-8"),
+                         (here / "README.md").read_text(encoding="utf-8"))
+  for score, law in laws.items():
+    low, high = (threshold_tables.fmt_signed(x) for x in law["bracket"])
+    for text, minus in ((readme, "−"), (grid_readme, "−"), (docstring, "-")):
+      assert f"[{low}, {high}]".replace("-", minus) in text, (score, low, high)
+    # The grid's README: the verdict word for word in the score's table row.
+    row = next(line for line in grid_readme.splitlines() if line.startswith(f"| `{score}` |"))
+    assert row.endswith(f"| **{words[law['verdict']]}** |"), row
+    assert f"{words[law['verdict']]}" in " ".join(docstring.split())
+  # The README's one paragraph names the dot products that fail and the control that holds.
+  failing = sorted(s for s, law in laws.items() if law["verdict"] == brackets.FAILS)
+  holding = sorted(s for s, law in laws.items() if law["verdict"] == brackets.HOLDS)
+  names = lambda scores: " and ".join(f"`{s}`" for s in scores)
+  assert (f"**Under its premise the law fails for {names(failing)} and holds for "
+          f"{names(holding)}**") in readme
