@@ -22,7 +22,9 @@ no folder of this machine: the inputs are given relative to --out.
 The report's files are written into a staging folder in --out and put in
 place together (`files.Staging`): a full disk (one `error:` line, exit 1)
 or a SIGTERM / Ctrl-C while they are written (one line, exit 143 / 130)
-leaves the report --out held before, whole. A bad flag, workdir or logged
+leaves the report --out held before, whole. A report that would differ from
+the one --out holds only in when it was made (`analysed_at`) leaves that one
+as it is, its commit included. A bad flag, workdir or logged
 value is one `error:` line naming it, before anything is written.
 """
 
@@ -200,8 +202,10 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
   the names written. Its files (text, numbers, figures) are written into a
   staging folder and put in place together (`files.Staging`): a full disk,
   a failure or a stop asked while they are written (`interrupts`, checked
-  before they are put in place) leaves the old report whole. A write that
-  fails is a ValueError of one line (`write_problem`)."""
+  before they are put in place) leaves the old report whole, and so does
+  a report that is the same but for when it was made (`unchanged`; then no
+  name is returned). A write that fails is a ValueError of one line
+  (`write_problem`)."""
   from experiments.lr_threshold import plots as threshold_plots  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import records  # pylint: disable=g-import-not-at-top
   from experiments.lr_threshold import tables as threshold_tables  # pylint: disable=g-import-not-at-top
@@ -217,10 +221,44 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
       files.atomic_write(os.path.join(stage.path, JSON), files.to_json(value, indent=1))
       names = [MARKDOWN, JSON] + threshold_plots.plot_all(analysis, stage.path)
       interrupts.check()  # asked to stop while they were written: the old report stays
+      kept = unchanged(stage.path, out, names)
+      if kept is not None:
+        log(f"{out}: the report there has the same numbers, tables and figures; kept as "
+            f"analysed at {kept}")
+        return []
       stage.commit(names)
   except OSError as e:
     raise ValueError(write_problem(e, out, stage.moved)) from None
   return names
+
+
+def unchanged(new: str, out: str, names: list[str]) -> str | None:
+  """The commit the report in `out` was analysed at, where it is the one
+  staged in `new` but for when it was made (its JSON's `analysed_at`): every
+  other file byte for byte the same. None where anything differs or is
+  missing. So a report rewritten from the same runs keeps its commit, and
+  the documents that quote it stay true."""
+  import filecmp  # pylint: disable=g-import-not-at-top
+  import json  # pylint: disable=g-import-not-at-top
+  if set(names) - set(os.listdir(out)):
+    return None
+  for name in names:
+    if name != JSON and not filecmp.cmp(os.path.join(new, name), os.path.join(out, name),
+                                        shallow=False):
+      return None
+  try:
+    with open(os.path.join(new, JSON), encoding="utf-8") as f:
+      fresh = json.load(f)
+    with open(os.path.join(out, JSON), encoding="utf-8") as f:
+      held = json.load(f)
+  except (OSError, ValueError):
+    return None
+  made = held.pop("analysed_at", None)
+  fresh.pop("analysed_at", None)
+  if fresh != held or not isinstance(made, dict):
+    return None
+  commit = made.get("commit")
+  return str(commit)[:7] if commit else str(made.get("date") or "an unknown time")
 
 
 def main(argv):
@@ -251,7 +289,8 @@ def main(argv):
     sys.exit(e.exit_code)
   except ValueError as e:
     sys.exit(f"error: {e}")
-  print(f"wrote {', '.join(written)} into {FLAGS.out}")
+  if written:
+    print(f"wrote {', '.join(written)} into {FLAGS.out}")
   signum = interrupts.requested()
   if signum is not None:  # it came once the new report was in place
     stop = interrupts.Interrupted(signum)

@@ -510,3 +510,31 @@ def test_the_command_line_refuses_a_bad_path_before_any_work(tmp_path):
   assert p.returncode != 0
   assert p.stderr.strip().splitlines()[-1].startswith("error: --main: no folder")
   assert not (tmp_path / "out").exists()
+
+
+def test_a_report_of_the_same_runs_keeps_the_one_in_place_and_its_commit(main_grid, tmp_path,
+                                                                          monkeypatch):
+  """Written again from the same runs at a later commit, the report in --out
+  is left as it is (the commit it names included); a changed number, or a
+  file of it gone, writes the new one."""
+  out = tmp_path / "report"
+  analysis, inputs = threshold_report.read(str(main_grid), "")
+  commits = iter(["aaaaaaa1", "bbbbbbb2", "ccccccc3", "ddddddd4"])
+  monkeypatch.setattr(provenance, "git_state", lambda root: (next(commits), False))
+  assert threshold_report.write(analysis, inputs, str(out))
+  before = {name: (out / name).read_bytes() for name in os.listdir(out)}
+  said = []
+  assert threshold_report.write(analysis, inputs, str(out), log=said.append) == []
+  assert said == [f"{out}: the report there has the same numbers, tables and figures; "
+                  "kept as analysed at aaaaaaa"]
+  assert {name: (out / name).read_bytes() for name in os.listdir(out)} == before
+  # A figure gone: written again, whole, at the new commit.
+  (out / "lr_star.png").unlink()
+  assert "lr_star.png" in threshold_report.write(analysis, inputs, str(out))
+  assert json.loads((out / "lr_threshold.json").read_text())["analysed_at"]["commit"] == "ccccccc3"
+  # A number changed (a cell's loss): written.
+  value = json.loads((out / "lr_threshold.json").read_text())
+  value["cells"][0]["L"] += 1.0
+  (out / "lr_threshold.json").write_text(json.dumps(value))
+  assert threshold_report.write(analysis, inputs, str(out))
+  assert json.loads((out / "lr_threshold.json").read_text())["analysed_at"]["commit"] == "ddddddd4"
