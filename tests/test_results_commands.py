@@ -6,10 +6,13 @@ results/lr_threshold/transformer_lr_cpu/commands.sh copy: finished runs into res
 checkpoints, unfinished runs left out."""
 
 import gzip
+import json
 import os
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "results", "transformer_cpu", "commands.sh")
@@ -123,7 +126,11 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
       "--controls=results/lr_threshold/transformer_lr_cpu/controls --out=results/lr_threshold/transformer_lr_cpu"]
 
 
-def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_path):
+@pytest.mark.parametrize("refined_missing", [[], [["dot", 16, 0.0056]]])
+def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_path,
+                                                                         refined_missing):
+  """The page of both grids sets the refined Glorot report beside the premise
+  grid's once every cell of it is known, the committed Glorot report before."""
   work = tmp_path / "w"
   runs = {
       "coarse": work / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
@@ -134,6 +141,9 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
     (run / "metrics.jsonl").write_text('{"step": 250}\n')
     (run / "result.json").write_text("[]")
     (run / "test_translations.json").write_text("{}")
+  refined = tmp_path / "results" / "lr_threshold" / "transformer_lr_cpu" / "refined"
+  refined.mkdir(parents=True)  # as the stand-in report leaves it
+  (refined / "lr_threshold.json").write_text(json.dumps({"missing": refined_missing}))
   script = os.path.join(ROOT, "results", "lr_threshold", "transformer_lr_premise_cpu", "commands.sh")
   out, calls = _run(tmp_path, "copy", script=script, extra_env={"W": str(work), "PY": "python"})
   study = tmp_path / "results" / "lr_threshold"
@@ -150,7 +160,9 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
       "--controls=results/lr_threshold/transformer_lr_cpu/controls --fine=results/lr_threshold/transformer_lr_cpu/fine "
       "--out=results/lr_threshold/transformer_lr_cpu/refined",
       # the two grids side by side, the Glorot grid's refined report beside the premise's
-      "experiments.lr_threshold.side_by_side --glorot=results/lr_threshold/transformer_lr_cpu/refined "
+      # once complete
+      "experiments.lr_threshold.side_by_side --glorot=results/lr_threshold/transformer_lr_cpu"
+      + ("/refined " if not refined_missing else " ") +
       "--premise=results/lr_threshold/transformer_lr_premise_cpu "
       "--out=results/lr_threshold/transformer_lr_premise_cpu/side_by_side.md"]
 

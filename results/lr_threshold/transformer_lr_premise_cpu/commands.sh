@@ -20,7 +20,7 @@
 # results/lr_threshold/transformer_lr_premise_cpu/{coarse,extra} and results/lr_threshold/transformer_lr_cpu/fine,
 # so that a fresh clone skips those runs, then writes both reports from the committed
 # runs, and side_by_side.md: the two grids' reports beside each other (the Glorot grid's
-# refined report once it exists, its committed one before). test_translations.json is
+# refined report once every cell of it is known, its committed one before). test_translations.json is
 # kept gzip'd (.json.gz, which the reports read).
 set -euo pipefail
 W="${W:-runs/transformer_lr_premise_cpu}"
@@ -48,11 +48,14 @@ extra_lane() {  # $1: core; stdin: plan lines, each trained in turn on that core
 }
 
 reports() {  # $1: premise root, $2: Glorot main, $3: Glorot controls, $4: Glorot fine, $5 $6: outs
-  local glorot="$GLOROT"  # the Glorot grid's committed report, until its refinement has one
+  local glorot="$GLOROT"  # the Glorot grid's committed report, until its refinement is complete
   "$PY" -m experiments.lr_threshold.report --preset=$PRESET --main="$1" --out="$5"
   if [ -d "$4" ]; then
     "$PY" -m experiments.lr_threshold.report --main="$2" --controls="$3" --fine="$4" --out="$6"
-    glorot="$6"
+    if "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["missing"] != [])' \
+        "$6/lr_threshold.json"; then
+      glorot="$6"
+    fi
   fi
   "$PY" -m experiments.lr_threshold.side_by_side --glorot="$glorot" --premise="$5" \
       --out="$5/side_by_side.md"
