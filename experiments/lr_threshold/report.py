@@ -235,8 +235,8 @@ def write(analysis, inputs: dict[str, str], out: str, log=print) -> list[str]:
 def unchanged(new: str, out: str, names: list[str]) -> str | None:
   """The commit the report in `out` was analysed at, where it is the one
   staged in `new` but for when it was made (its JSON's `analysed_at`): every
-  other file byte for byte the same. None where anything differs or is
-  missing. So a report rewritten from the same runs keeps its commit, and
+  other file byte for byte the same, and made from a clean checkout. None
+  where anything differs or is missing. So a report rewritten from the same runs keeps its commit, and
   the documents that quote it stay true."""
   import filecmp  # pylint: disable=g-import-not-at-top
   import json  # pylint: disable=g-import-not-at-top
@@ -255,8 +255,8 @@ def unchanged(new: str, out: str, names: list[str]) -> str | None:
     return None
   made = held.pop("analysed_at", None)
   fresh.pop("analysed_at", None)
-  if fresh != held or not isinstance(made, dict):
-    return None
+  if fresh != held or not isinstance(made, dict) or made.get("dirty"):
+    return None  # a report made from a dirty checkout gives way to a clean one
   commit = made.get("commit")
   return str(commit)[:7] if commit else str(made.get("date") or "an unknown time")
 

@@ -519,7 +519,7 @@ def test_a_report_of_the_same_runs_keeps_the_one_in_place_and_its_commit(main_gr
   file of it gone, writes the new one."""
   out = tmp_path / "report"
   analysis, inputs = threshold_report.read(str(main_grid), "")
-  commits = iter(["aaaaaaa1", "bbbbbbb2", "ccccccc3", "ddddddd4"])
+  commits = iter(["aaaaaaa1", "bbbbbbb2", "ccccccc3", "ddddddd4", "eeeeeee5"])
   monkeypatch.setattr(provenance, "git_state", lambda root: (next(commits), False))
   assert threshold_report.write(analysis, inputs, str(out))
   before = {name: (out / name).read_bytes() for name in os.listdir(out)}
@@ -538,3 +538,10 @@ def test_a_report_of_the_same_runs_keeps_the_one_in_place_and_its_commit(main_gr
   (out / "lr_threshold.json").write_text(json.dumps(value))
   assert threshold_report.write(analysis, inputs, str(out))
   assert json.loads((out / "lr_threshold.json").read_text())["analysed_at"]["commit"] == "ddddddd4"
+  # One made from a dirty checkout gives way to the clean one.
+  value = json.loads((out / "lr_threshold.json").read_text())
+  value["analysed_at"]["dirty"] = True
+  (out / "lr_threshold.json").write_text(json.dumps(value))
+  assert threshold_report.write(analysis, inputs, str(out))
+  made = json.loads((out / "lr_threshold.json").read_text())["analysed_at"]
+  assert (made["commit"], made["dirty"]) == ("eeeeeee5", False)
