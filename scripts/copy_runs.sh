@@ -2,8 +2,11 @@
 # finished run under the workdir SRC (a run folder with result.json) into DEST at the
 # same relative path, its files only (RUN_FILES; never its checkpoints), so that a
 # fresh clone skips those runs; test_translations.json is kept gzip'd (.json.gz, which
-# the reports read: plain, a grid's translations took most of the tree). Each run is
-# named in a line `copied LABEL/<relative path>`.
+# the reports read: plain, a grid's translations took most of the tree), and so is
+# every file GZIP_FILES names (default: test_translations.json alone; the
+# learning-rate grids add attention.json, which none of their reports reads, to keep
+# the tree that travels to a device small). Each run is named in a line
+# `copied LABEL/<relative path>`.
 RUN_FILES="attention.json config.json metrics.jsonl result.json significance.json test_translations.json"
 
 copy_finished_runs() {  # SRC DEST LABEL
@@ -15,7 +18,7 @@ copy_finished_runs() {  # SRC DEST LABEL
     mkdir -p "$dest/$rel"
     for name in $RUN_FILES; do
       if [ ! -f "$run/$name" ]; then continue; fi
-      if [ "$name" = test_translations.json ]; then
+      if [[ " ${GZIP_FILES:-test_translations.json} " == *" $name "* ]]; then
         gzip -9 -n -c "$run/$name" > "$dest/$rel/$name.gz"
         rm -f "$dest/$rel/$name"
       else

@@ -141,6 +141,7 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
     (run / "metrics.jsonl").write_text('{"step": 250}\n')
     (run / "result.json").write_text("[]")
     (run / "test_translations.json").write_text("{}")
+    (run / "attention.json").write_text('{"weights": []}')
   refined = tmp_path / "results" / "lr_threshold" / "transformer_lr_cpu" / "refined"
   refined.mkdir(parents=True)  # as the stand-in report leaves it
   (refined / "lr_threshold.json").write_text(json.dumps({"missing": refined_missing}))
@@ -151,8 +152,10 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
   for copied in (here / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
                  here / "extra" / "dot_d64" / "learning_rate=0.0018" / "runs" / "dot_d64",
                  glorot / "fine" / "learning_rate=0.0056" / "runs" / "scaled_dot_d16"):
+    # attention.json gzip'd as the translations are: no report of these grids reads it
     assert sorted(os.listdir(copied)) == [
-        "metrics.jsonl", "result.json", "test_translations.json.gz"], copied
+        "attention.json.gz", "metrics.jsonl", "result.json", "test_translations.json.gz"], copied
+    assert gzip.decompress((copied / "attention.json.gz").read_bytes()) == b'{"weights": []}'
   assert calls == [
       "experiments.lr_threshold.report --preset=transformer_lr_premise_cpu "
       "--main=results/lr_threshold/transformer_lr_premise_cpu --out=results/lr_threshold/transformer_lr_premise_cpu",

@@ -18,6 +18,8 @@ MAIN_LRS=3e-5,1e-4,3e-4,1e-3,3e-3,1e-2
 CONTROL_LRS=1e-4,1e-3,1e-2
 # shellcheck source=../../../scripts/copy_runs.sh
 source "$(dirname "$0")/../../../scripts/copy_runs.sh"
+# attention.json (test sentence 0's alignment) gzip'd too: no report of these grids reads it.
+GZIP_FILES="test_translations.json attention.json"
 
 case "${1:-}" in
   run) extra=() ;;

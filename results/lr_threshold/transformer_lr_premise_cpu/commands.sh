@@ -32,6 +32,8 @@ FINE_LRS=1.8e-3,5.6e-3,1.8e-2
 PRESET=transformer_lr_premise_cpu
 # shellcheck source=../../../scripts/copy_runs.sh
 source "$(dirname "$0")/../../../scripts/copy_runs.sh"
+# attention.json (test sentence 0's alignment) gzip'd too: no report of these grids reads it.
+GZIP_FILES="test_translations.json attention.json"
 
 plan() {  # $1: the premise grid's root; prints "SCORE DIM RATES" lines
   "$PY" -m experiments.lr_threshold.report --preset=$PRESET --main="$1" --plan
