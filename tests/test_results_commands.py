@@ -6,13 +6,10 @@ results/lr_threshold/transformer_lr_cpu/commands.sh copy: finished runs into res
 checkpoints, unfinished runs left out."""
 
 import gzip
-import json
 import os
 import subprocess
 import sys
 import textwrap
-
-import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCRIPT = os.path.join(ROOT, "results", "transformer_cpu", "commands.sh")
@@ -126,11 +123,7 @@ def test_the_grids_copy_brings_finished_runs_without_checkpoints_and_reports(tmp
       "--controls=results/lr_threshold/transformer_lr_cpu/controls --out=results/lr_threshold/transformer_lr_cpu"]
 
 
-@pytest.mark.parametrize("refined_missing", [[], [["dot", 16, 0.0056]]])
-def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_path,
-                                                                         refined_missing):
-  """The page of both grids sets the refined Glorot report beside the premise
-  grid's once every cell of it is known, the committed Glorot report before."""
+def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_path):
   work = tmp_path / "w"
   runs = {
       "coarse": work / "coarse" / "learning_rate=0.0001" / "runs" / "dot_d256",
@@ -142,9 +135,6 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
     (run / "result.json").write_text("[]")
     (run / "test_translations.json").write_text("{}")
     (run / "attention.json").write_text('{"weights": []}')
-  refined = tmp_path / "results" / "lr_threshold" / "transformer_lr_cpu" / "refined"
-  refined.mkdir(parents=True)  # as the stand-in report leaves it
-  (refined / "lr_threshold.json").write_text(json.dumps({"missing": refined_missing}))
   script = os.path.join(ROOT, "results", "lr_threshold", "transformer_lr_premise_cpu", "commands.sh")
   out, calls = _run(tmp_path, "copy", script=script, extra_env={"W": str(work), "PY": "python"})
   study = tmp_path / "results" / "lr_threshold"
@@ -162,10 +152,10 @@ def test_the_premise_grids_copy_brings_every_stage_and_writes_both_reports(tmp_p
       "experiments.lr_threshold.report --main=results/lr_threshold/transformer_lr_cpu/main "
       "--controls=results/lr_threshold/transformer_lr_cpu/controls --fine=results/lr_threshold/transformer_lr_cpu/fine "
       "--out=results/lr_threshold/transformer_lr_cpu/refined",
-      # the two grids side by side, the Glorot grid's refined report beside the premise's
-      # once complete
-      "experiments.lr_threshold.side_by_side --glorot=results/lr_threshold/transformer_lr_cpu"
-      + ("/refined " if not refined_missing else " ") +
+      # the two grids side by side: the Glorot grid's refined report beside the premise's
+      # once complete (side_by_side.glorot_folder), its committed one before
+      "experiments.lr_threshold.side_by_side --glorot=results/lr_threshold/transformer_lr_cpu "
+      "--glorot_refined=results/lr_threshold/transformer_lr_cpu/refined "
       "--premise=results/lr_threshold/transformer_lr_premise_cpu "
       "--out=results/lr_threshold/transformer_lr_premise_cpu/side_by_side.md"]
 

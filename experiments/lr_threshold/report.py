@@ -239,7 +239,7 @@ def unchanged(new: str, out: str, names: list[str]) -> str | None:
   where anything differs or is missing. So a report rewritten from the same runs keeps its commit, and
   the documents that quote it stay true."""
   import filecmp  # pylint: disable=g-import-not-at-top
-  import json  # pylint: disable=g-import-not-at-top
+  from attention_jax import files  # pylint: disable=g-import-not-at-top
   if set(names) - set(os.listdir(out)):
     return None
   for name in names:
@@ -247,10 +247,7 @@ def unchanged(new: str, out: str, names: list[str]) -> str | None:
                                         shallow=False):
       return None
   try:
-    with open(os.path.join(new, JSON), encoding="utf-8") as f:
-      fresh = json.load(f)
-    with open(os.path.join(out, JSON), encoding="utf-8") as f:
-      held = json.load(f)
+    fresh, held = (files.read_json(os.path.join(folder, JSON), dict) for folder in (new, out))
   except (OSError, ValueError):
     return None
   made = held.pop("analysed_at", None)

@@ -1,13 +1,14 @@
 r"""The two learning-rate grids of the 1/d_k law, read side by side.
 
     python -m experiments.lr_threshold.side_by_side \
-        --glorot=results/lr_threshold/transformer_lr_cpu/refined \
+        --glorot=results/lr_threshold/transformer_lr_cpu \
+        --glorot_refined=results/lr_threshold/transformer_lr_cpu/refined \
         --premise=results/lr_threshold/transformer_lr_premise_cpu \
         --out=results/lr_threshold/transformer_lr_premise_cpu/side_by_side.md
 
 reads the `lr_threshold.json` that `experiments.lr_threshold.report` wrote for
-each grid (the Glorot, post-LN grid of `transformer_lr_cpu`, with or without its
-refinement; the premise, pre-LN grid of `transformer_lr_premise_cpu`) and writes
+each grid (the Glorot, post-LN grid of `transformer_lr_cpu`: its refined report
+once every cell of it is known, its committed one before; the premise, pre-LN grid of `transformer_lr_premise_cpu`) and writes
 one Markdown page: lr* (grid interval and interpolated point) and lr_att per
 (score, d_k), each slope's bracket, point, band and verdict, a column per grid,
 and the two reports' curves and heat maps beside each other. Nothing is
@@ -210,8 +211,22 @@ def markdown(glorot: dict, premise: dict, links: dict[str, str]) -> str:
 
 def define_flags() -> None:
   flags.DEFINE_string("glorot", None, "Folder of the Glorot grid's report (its lr_threshold.json).")
+  flags.DEFINE_string("glorot_refined", "", "Folder of the Glorot grid's refined report, set "
+                      "beside the premise grid's in place of --glorot once every cell of it "
+                      "is known.")
   flags.DEFINE_string("premise", None, "Folder of the premise grid's report.")
   flags.DEFINE_string("out", None, "The page to write (a .md file; replaced whole).")
+
+
+def glorot_folder(committed: str, refined: str) -> str:
+  """The folder of the Glorot report to show: `refined` once every cell of it
+  is known (its `missing` list empty), `committed` before (or with no
+  `refined`), so that the page never sets a provisional report without
+  verdicts beside the premise grid's. An unreadable `refined` report is a
+  ValueError of one line naming --glorot_refined."""
+  if refined and not read_report("--glorot_refined", refined)["missing"]:
+    return refined
+  return committed
 
 
 def out_problem(out: str | None) -> str | None:
@@ -232,11 +247,13 @@ def main(argv):
   if problem:
     sys.exit(f"error: {problem}")
   try:
-    reports = {key: read_report(f"--{key}", getattr(FLAGS, key) or "") for key, _ in GRIDS}
+    folders = {"glorot": glorot_folder(FLAGS.glorot or "", FLAGS.glorot_refined),
+               "premise": FLAGS.premise or ""}
+    reports = {key: read_report(f"--{key}", folders[key]) for key, _ in GRIDS}
   except ValueError as e:
     sys.exit(f"error: {e}")
   here = os.path.dirname(os.path.abspath(FLAGS.out))
-  links = {key: os.path.relpath(getattr(FLAGS, key), here) for key, _ in GRIDS}
+  links = {key: os.path.relpath(folders[key], here) for key, _ in GRIDS}
   try:
     files.atomic_write(FLAGS.out, markdown(reports["glorot"], reports["premise"], links))
   except OSError as e:

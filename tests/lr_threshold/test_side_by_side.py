@@ -8,6 +8,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from experiments.lr_threshold import records
 from experiments.lr_threshold import side_by_side as sbs
 from experiments.lr_threshold import brackets
@@ -115,12 +117,29 @@ def test_the_committed_page_is_what_the_committed_reports_say():
   """side_by_side.md, as `commands.sh copy` writes it, from the reports now in
   results/ (the Glorot grid's refined report once every cell of it is known,
   its committed one before)."""
-  glorot_dir = os.path.join(GLOROT_DIR, "refined")
-  refined = os.path.join(glorot_dir, sbs.REPORT)
-  if not os.path.isfile(refined) or json.load(open(refined, encoding="utf-8"))["missing"]:
-    glorot_dir = GLOROT_DIR
+  refined = os.path.join(GLOROT_DIR, "refined")
+  glorot_dir = sbs.glorot_folder(GLOROT_DIR, refined if os.path.isdir(refined) else "")
   page = sbs.markdown(sbs.read_report("--glorot", glorot_dir),
                       sbs.read_report("--premise", PREMISE_DIR),
                       {"glorot": os.path.relpath(glorot_dir, PREMISE_DIR), "premise": "."})
   with open(os.path.join(PREMISE_DIR, "side_by_side.md"), encoding="utf-8") as f:
     assert f.read() == page
+
+
+def test_the_refined_glorot_report_is_shown_only_once_complete(tmp_path):
+  """--glorot_refined takes the place of --glorot once its report has no
+  missing cell; before, and without one, the committed report is shown; an
+  unreadable refined report is one line naming its flag."""
+  committed, refined = tmp_path / "g", tmp_path / "r"
+  for folder in (committed, refined):
+    folder.mkdir()
+  report = {key: [] for key in sbs._KEYS}  # pylint: disable=protected-access
+  (committed / sbs.REPORT).write_text(json.dumps(report))
+  (refined / sbs.REPORT).write_text(json.dumps({**report, "missing": [["dot", 16, 0.0056]]}))
+  assert sbs.glorot_folder(str(committed), str(refined)) == str(committed)
+  assert sbs.glorot_folder(str(committed), "") == str(committed)
+  (refined / sbs.REPORT).write_text(json.dumps(report))
+  assert sbs.glorot_folder(str(committed), str(refined)) == str(refined)
+  (refined / sbs.REPORT).write_text("{")
+  with pytest.raises(ValueError, match="--glorot_refined: cannot read"):
+    sbs.glorot_folder(str(committed), str(refined))

@@ -50,17 +50,14 @@ extra_lane() {  # $1: core; stdin: plan lines, each trained in turn on that core
 }
 
 reports() {  # $1: premise root, $2: Glorot main, $3: Glorot controls, $4: Glorot fine, $5 $6: outs
-  local glorot="$GLOROT"  # the Glorot grid's committed report, until its refinement is complete
+  local refined=""  # the Glorot grid's refined report, which side_by_side uses once complete
   "$PY" -m experiments.lr_threshold.report --preset=$PRESET --main="$1" --out="$5"
   if [ -d "$4" ]; then
     "$PY" -m experiments.lr_threshold.report --main="$2" --controls="$3" --fine="$4" --out="$6"
-    if "$PY" -c 'import json, sys; sys.exit(json.load(open(sys.argv[1]))["missing"] != [])' \
-        "$6/lr_threshold.json"; then
-      glorot="$6"
-    fi
+    refined="$6"
   fi
-  "$PY" -m experiments.lr_threshold.side_by_side --glorot="$glorot" --premise="$5" \
-      --out="$5/side_by_side.md"
+  "$PY" -m experiments.lr_threshold.side_by_side --glorot="$GLOROT" --glorot_refined="$refined" \
+      --premise="$5" --out="$5/side_by_side.md"
 }
 
 seed_runs() {  # $1: committed runs (results/...), $2: W's folder for them
