@@ -207,3 +207,37 @@ def test_the_premise_grids_verdicts_are_quoted_from_its_committed_report():
   names = lambda scores: " and ".join(f"`{s}`" for s in scores)
   assert (f"**Under its premise the law fails for {names(failing)} and holds for "
           f"{names(holding)}**") in readme
+
+
+def test_the_glorot_refinements_verdicts_are_quoted_from_its_committed_report():
+  """Once the refined Glorot report has every planned cell, the README, that
+  grid's README and the premise preset's docstring quote its `dot` and
+  `scaled_dot` brackets and verdicts, and none of them still calls the
+  refinement "training"."""
+  import json
+  import pathlib
+  import re
+  root = pathlib.Path(__file__).resolve().parents[2]
+  glorot = root / "results/lr_threshold/transformer_lr_cpu"
+  report = json.loads((glorot / "refined/lr_threshold.json").read_text())
+  assert report["missing"] == []
+  laws = {law["score"]: law for law in report["laws"] if law["score"] in ("dot", "scaled_dot")}
+  assert len(laws) == 2
+  readme = (root / "README.md").read_text(encoding="utf-8")
+  grid_readme = (glorot / "README.md").read_text(encoding="utf-8")
+  docstring = " ".join(premise.__doc__.split())
+  for score, law in laws.items():
+    low, high = (threshold_tables.fmt_signed(x) for x in law["bracket"])
+    for text, minus in ((readme, "−"), (grid_readme, "−"), (docstring, "-")):
+      assert f"[{low}, {high}]".replace("-", minus) in text, (score, low, high)
+    row = next(line for line in grid_readme.splitlines() if line.startswith(f"| `{score}` |")
+               and f"[{low}, {high}]".replace("-", "−") in line)
+    assert f"| **{law['verdict']}**" in row, row
+  everywhere = [readme, grid_readme, docstring,
+                (root / "results/README.md").read_text(encoding="utf-8"),
+                (root / "results/lr_threshold/transformer_lr_premise_cpu/README.md").read_text(
+                    encoding="utf-8")]
+  for text in everywhere:
+    flat = " ".join(text.split())
+    assert not re.search(r"refinement[^.|]{0,60}\btraining\b", flat, re.IGNORECASE), (
+        re.search(r"refinement[^.|]{0,60}\btraining\b", flat, re.IGNORECASE).group(0))

@@ -105,6 +105,11 @@ slope brackets: `dot` [+0.42, +0.83], fails under its premise (its lr* rises
 with d_k, from an optimum 0.22-0.92 nats worse than `scaled_dot`'s);
 `scaled_dot` [-0.42, +0.00], fails under its premise; `inverse_dim`
 [-0.21, +0.21], holds under its premise.
+The Glorot refinement (18 runs at 33a8fac; the report of its 72 runs in
+results/lr_threshold/transformer_lr_cpu/refined/), with the same bands: `dot`
+[-0.21, +0.21], fails; `scaled_dot` [-0.43, +0.00], fails. The two grids
+differ in initialisation and LayerNorm placement together, so no difference
+between them is put down to either.
 
 Time: predicted before the first run: 54 coarse runs, 9-27 of stages 2-3,
 18 Glorot runs, at 700-1,080 s of training clock a run of two seeds on one
@@ -112,7 +117,8 @@ core (transformer_lr_cpu's runs with the 2-core Xeon to itself, d_k 16 to
 256): about 20-25 h of run clocks, 10-13 h of wall with two workers on an
 idle 2-core machine. Measured (2-core AMD EPYC, shared with other work):
 65 runs of this grid, 17.5 h of run clocks, 12.5 h of wall with stops;
-the Glorot refinement: training.
+the Glorot refinement, 3.3 h of run clocks for its 18 runs, 2.3 h of wall
+with one stop.
 """
 
 import math
