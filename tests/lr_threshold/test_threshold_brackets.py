@@ -2,7 +2,10 @@
 and the verdict that says no more than a bracket allows (`threshold.verdict`),
 on curves made by hand: every answer is worked out in the comments."""
 
+import json
 import math
+import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -15,6 +18,21 @@ from experiments.lr_threshold.presets import transformer_lr_premise_cpu as premi
 
 MARGIN = th.FAILURE_MARGIN
 LOG16 = math.log(16)
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+def _read(path: str) -> str:
+  return (ROOT / path).read_text(encoding="utf-8")
+
+
+def _quoted_bracket(law: dict, readme: str, grid_readme: str, docstring: str) -> str:
+  """The law's slope bracket as the Markdown documents write it (with "−"),
+  asserted to be in the README and the grid's README, and with "-" in the
+  preset's docstring."""
+  low, high = (threshold_tables.fmt_signed(x) for x in law["bracket"])
+  for text, minus in ((readme, "−"), (grid_readme, "−"), (docstring, "-")):
+    assert f"[{low}, {high}]".replace("-", minus) in text, (law["score"], low, high)
+  return f"[{low}, {high}]".replace("-", "−")
 
 
 def test_lr_star_bracket_is_the_last_passing_and_first_failing_rate():
@@ -182,21 +200,15 @@ def test_the_premise_grids_verdicts_are_quoted_from_its_committed_report():
   the preset's docstring are those of the committed premise report, the
   verdict in the preset's words ("fails under its premise", "holds under its
   premise"); none of them calls a verdict the report does not give."""
-  import json
-  import pathlib
-  root = pathlib.Path(__file__).resolve().parents[2]
-  here = root / "results/lr_threshold/transformer_lr_premise_cpu"
-  report = json.loads((here / "lr_threshold.json").read_text())
+  here = "results/lr_threshold/transformer_lr_premise_cpu"
+  report = json.loads(_read(f"{here}/lr_threshold.json"))
   assert report["missing"] == []  # the verdict is quoted from a finished grid only
   laws = {law["score"]: law for law in report["laws"]}
   docstring = premise.__doc__
   words = {brackets.HOLDS: "holds under its premise", brackets.FAILS: "fails under its premise"}
-  readme, grid_readme = ((root / "README.md").read_text(encoding="utf-8"),
-                         (here / "README.md").read_text(encoding="utf-8"))
+  readme, grid_readme = _read("README.md"), _read(f"{here}/README.md")
   for score, law in laws.items():
-    low, high = (threshold_tables.fmt_signed(x) for x in law["bracket"])
-    for text, minus in ((readme, "−"), (grid_readme, "−"), (docstring, "-")):
-      assert f"[{low}, {high}]".replace("-", minus) in text, (score, low, high)
+    _quoted_bracket(law, readme, grid_readme, docstring)
     # The grid's README: the verdict word for word in the score's table row.
     row = next(line for line in grid_readme.splitlines() if line.startswith(f"| `{score}` |"))
     assert row.endswith(f"| **{words[law['verdict']]}** |"), row
@@ -214,30 +226,19 @@ def test_the_glorot_refinements_verdicts_are_quoted_from_its_committed_report():
   grid's README and the premise preset's docstring quote its `dot` and
   `scaled_dot` brackets and verdicts, and none of them still calls the
   refinement "training"."""
-  import json
-  import pathlib
-  import re
-  root = pathlib.Path(__file__).resolve().parents[2]
-  glorot = root / "results/lr_threshold/transformer_lr_cpu"
-  report = json.loads((glorot / "refined/lr_threshold.json").read_text())
+  glorot = "results/lr_threshold/transformer_lr_cpu"
+  report = json.loads(_read(f"{glorot}/refined/lr_threshold.json"))
   assert report["missing"] == []
   laws = {law["score"]: law for law in report["laws"] if law["score"] in ("dot", "scaled_dot")}
   assert len(laws) == 2
-  readme = (root / "README.md").read_text(encoding="utf-8")
-  grid_readme = (glorot / "README.md").read_text(encoding="utf-8")
+  readme, grid_readme = _read("README.md"), _read(f"{glorot}/README.md")
   docstring = " ".join(premise.__doc__.split())
   for score, law in laws.items():
-    low, high = (threshold_tables.fmt_signed(x) for x in law["bracket"])
-    for text, minus in ((readme, "−"), (grid_readme, "−"), (docstring, "-")):
-      assert f"[{low}, {high}]".replace("-", minus) in text, (score, low, high)
-    row = next(line for line in grid_readme.splitlines() if line.startswith(f"| `{score}` |")
-               and f"[{low}, {high}]".replace("-", "−") in line)
+    bracket = _quoted_bracket(law, readme, grid_readme, docstring)
+    row = next(line for line in grid_readme.splitlines()
+               if line.startswith(f"| `{score}` |") and bracket in line)
     assert f"| **{law['verdict']}**" in row, row
-  everywhere = [readme, grid_readme, docstring,
-                (root / "results/README.md").read_text(encoding="utf-8"),
-                (root / "results/lr_threshold/transformer_lr_premise_cpu/README.md").read_text(
-                    encoding="utf-8")]
-  for text in everywhere:
-    flat = " ".join(text.split())
-    assert not re.search(r"refinement[^.|]{0,60}\btraining\b", flat, re.IGNORECASE), (
-        re.search(r"refinement[^.|]{0,60}\btraining\b", flat, re.IGNORECASE).group(0))
+  for text in (readme, grid_readme, docstring, _read("results/README.md"),
+               _read("results/lr_threshold/transformer_lr_premise_cpu/README.md")):
+    said = re.search(r"refinement[^.|]{0,60}\btraining\b", " ".join(text.split()), re.IGNORECASE)
+    assert said is None, said.group(0)
